@@ -1,0 +1,283 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/acemq/acemq-flow/broker/loopback"
+	"github.com/acemq/acemq-flow/broker/rabbitmq"
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// Defaults that are ours to choose (docs/wire.md).
+const (
+	DefaultPrefetch        = 20
+	DefaultCloseTimeout    = 20 * time.Second
+	DefaultInProgressDelay = 5 * time.Second
+)
+
+// Config configures a connection. The zero value is the defaults; Validate
+// says what is wrong with one that is not usable.
+type Config struct {
+	// Logger receives the library's logs (nil = slog.Default()).
+	Logger *slog.Logger
+	// MeterProvider and TracerProvider receive metrics and spans (nil = the
+	// otel globals).
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	// Prefetch is a consumer's default prefetch (0 = 20).
+	Prefetch int
+	// Retry is a consumer's default retry policy (nil = DefaultRetry).
+	Retry *RetryPolicy
+	// InProgressDelay is how long an InProgress put-back waits when the
+	// handler named no delay (0 = 5 s).
+	InProgressDelay time.Duration
+	// CloseTimeout bounds Close and Consumer.Cancel when their context has
+	// no deadline (0 = 20 s).
+	CloseTimeout time.Duration
+	// Ladder names the scheduler ladder ("" = DefaultLadder, the name every
+	// AceMQ library shares). Tests sharing a broker set their own to stay
+	// apart.
+	Ladder string
+	// Codec encodes payloads published without WithCodec (nil = JSON).
+	Codec Codec
+	// Codecs are further codecs consumers can decode, by content type.
+	Codecs []Codec
+	// RabbitMQ configures the RabbitMQ transport for amqp:// and amqps://
+	// URLs; its Logger defaults to Logger.
+	RabbitMQ rabbitmq.Config
+}
+
+// Validate refuses a config with out-of-range values.
+func (c Config) Validate() error {
+	switch {
+	case c.Prefetch < 0:
+		return invalid("prefetch %d, want at least 1 (or 0 for the default)", c.Prefetch)
+	case c.InProgressDelay < 0, c.CloseTimeout < 0:
+		return invalid("negative duration")
+	}
+	if c.Retry != nil {
+		if err := c.Retry.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = DefaultPrefetch
+	}
+	if c.Retry == nil {
+		r := DefaultRetry
+		c.Retry = &r
+	}
+	if c.InProgressDelay == 0 {
+		c.InProgressDelay = DefaultInProgressDelay
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.Ladder == "" {
+		c.Ladder = DefaultLadder
+	}
+	if c.Codec == nil {
+		c.Codec = JSON
+	}
+	if c.RabbitMQ.Logger == nil {
+		c.RabbitMQ.Logger = c.Logger
+	}
+	return c
+}
+
+// Conn is a connection to a broker: it publishes, consumes, declares
+// topology and runs the scheduler ladder's control consumer. It is safe for
+// concurrent use. Close it to stop its consumers and release the broker.
+type Conn struct {
+	cfg          Config
+	transport    transport.Transport
+	log          *slog.Logger
+	tel          *telemetry
+	defaultCodec Codec
+	codecs       codecs
+	ladder       *ladder
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	mu        sync.Mutex
+	consumers map[*Consumer]struct{}
+}
+
+// Open connects with the default Config; see Config.Open.
+func Open(ctx context.Context, rawURL string) (*Conn, error) {
+	return Config{}.Open(ctx, rawURL)
+}
+
+// Open connects to the broker at rawURL: amqp:// or amqps:// is RabbitMQ,
+// memory:// the in-process loopback (memory://NAME shares one broker between
+// every connection in the process opened with that NAME; a bare memory://
+// is a broker of its own). A password in the URL never appears in logs or
+// errors.
+func (c Config) Open(ctx context.Context, rawURL string) (*Conn, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c = c.withDefaults()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidURL, redactParseError(rawURL, err))
+	}
+	var t transport.Transport
+	switch u.Scheme {
+	case "amqp", "amqps":
+		rt, err := rabbitmq.Dial(ctx, rawURL, c.RabbitMQ)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", u.Redacted(), err)
+		}
+		t = rt
+	case "memory":
+		name := u.Host + u.Path
+		if name == "" {
+			t = loopback.New().Connect()
+		} else {
+			t = loopback.Named(name).Connect()
+		}
+	default:
+		return nil, fmt.Errorf("%w: scheme %q in %s (want amqp, amqps or memory)", ErrInvalidURL, u.Scheme, u.Redacted())
+	}
+	conn, err := c.Wrap(t)
+	if err != nil {
+		_ = t.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// redactParseError reports a URL that would not parse without repeating it,
+// since the unparsable part may well be the password.
+func redactParseError(raw string, err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return "malformed URL"
+}
+
+// Wrap makes a Conn over a transport the caller opened (a loopback broker
+// shared by a test, a custom transport). The Conn owns it from then on and
+// closes it on Close.
+func (c Config) Wrap(t transport.Transport) (*Conn, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c = c.withDefaults()
+	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider)
+	if err != nil {
+		return nil, err
+	}
+	conn := &Conn{
+		cfg:          c,
+		transport:    t,
+		log:          c.Logger.With(slog.String("broker", t.Name())),
+		tel:          tel,
+		defaultCodec: c.Codec,
+		codecs:       newCodecs(append([]Codec{JSON, Raw, c.Codec}, c.Codecs...)...),
+		consumers:    map[*Consumer]struct{}{},
+	}
+	conn.ladder = newLadder(conn, c.Ladder)
+	return conn, nil
+}
+
+// Transport is the transport under the connection, for patterns that need
+// an operation the Conn does not wrap (basic.get, passive declaration).
+func (c *Conn) Transport() transport.Transport { return c.transport }
+
+// Name is what the connection is connected to, without any password.
+func (c *Conn) Name() string { return c.transport.Name() }
+
+// Logger is the connection's logger.
+func (c *Conn) Logger() *slog.Logger { return c.log }
+
+// Config is the connection's configuration with defaults filled in.
+func (c *Conn) Config() Config { return c.cfg }
+
+// Declare declares every exchange, queue and binding of t; a reconnecting
+// transport declares them again on every new connection.
+func (c *Conn) Declare(ctx context.Context, t Topology) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if err := c.transport.Declare(ctx, t); err != nil {
+		return fmt.Errorf("declare: %w", err)
+	}
+	return nil
+}
+
+// Close stops every consumer (each stops taking deliveries, lets its
+// in-flight handlers finish and settles them), then the ladder's control
+// consumer, then closes the transport. It is bounded by ctx, or by
+// Config.CloseTimeout when ctx has no deadline. Idempotent: later calls
+// return the first call's result.
+func (c *Conn) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		ctx, cancel := c.bounded(ctx)
+		defer cancel()
+		c.mu.Lock()
+		consumers := make([]*Consumer, 0, len(c.consumers))
+		for k := range c.consumers {
+			consumers = append(consumers, k)
+		}
+		c.mu.Unlock()
+		errs := make([]error, len(consumers))
+		var wg sync.WaitGroup
+		for i, k := range consumers {
+			wg.Go(func() { errs[i] = k.Cancel(ctx) })
+		}
+		wg.Wait()
+		errs = append(errs, c.ladder.stop(ctx))
+		if err := c.transport.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close transport: %w", err))
+		}
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
+}
+
+// bounded gives ctx the close deadline when it has none.
+func (c *Conn) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.cfg.CloseTimeout)
+}
+
+func (c *Conn) track(k *Consumer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	c.consumers[k] = struct{}{}
+	return nil
+}
+
+func (c *Conn) untrack(k *Consumer) {
+	c.mu.Lock()
+	delete(c.consumers, k)
+	c.mu.Unlock()
+}

@@ -1,0 +1,265 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// Consumer is a running subscription with its handlers. Cancel it, or close
+// its Conn, to stop it.
+type Consumer struct {
+	conn    *Conn
+	queue   string
+	cfg     consumeConfig
+	handler Handler
+	// handle processes one delivery and settles it exactly once.
+	handle func(d *transport.Delivery)
+
+	sub        transport.Subscription
+	handlerCtx context.Context
+	abort      context.CancelFunc
+	stopping   atomic.Bool
+	done       chan struct{}
+
+	cancelOnce sync.Once
+	cancelErr  error
+}
+
+// Consume declares queue (a quorum queue dead-lettering to queue.dlq, with
+// queue.dlq and queue.parked beside it, unless Existing is given) and starts
+// handling its messages with h. ctx bounds the setup only; the consumer
+// runs until Cancel or Close.
+//
+// Whatever h decides is settled exactly once: Accept acknowledges; Retry
+// republishes through the ladder with the attempt increased, or gives up
+// when the policy is spent; Reject gives up into queue.dlq with the reason;
+// InProgress puts the message back with its attempt unchanged. A body the
+// consumer cannot decode, or an unknown content type, is parked in
+// queue.parked. Every move is confirmed by the broker before the delivery is
+// acknowledged.
+func (c *Conn) Consume(ctx context.Context, queue string, h Handler, opts ...ConsumeOption) (*Consumer, error) {
+	if queue == "" {
+		return nil, invalid("consume: empty queue name")
+	}
+	if h == nil {
+		return nil, invalid("consume %q: nil handler", queue)
+	}
+	cfg := consumeConfig{
+		prefetch:        c.cfg.Prefetch,
+		concurrency:     1,
+		retry:           *c.cfg.Retry,
+		codecs:          c.codecs,
+		declare:         true,
+		inProgressDelay: c.cfg.InProgressDelay,
+	}
+	for _, o := range opts {
+		if err := o.applyConsume(&cfg); err != nil {
+			return nil, fmt.Errorf("consume %q: %w", queue, err)
+		}
+	}
+	if c.closed.Load() {
+		return nil, fmt.Errorf("consume %q: %w", queue, ErrClosed)
+	}
+	if cfg.declare {
+		if err := c.Declare(ctx, ConsumerTopology(queue)); err != nil {
+			return nil, fmt.Errorf("consume %q: %w", queue, err)
+		}
+	}
+	if cfg.retry.Retries() {
+		if err := c.ladder.run(ctx); err != nil {
+			return nil, fmt.Errorf("consume %q: %w", queue, err)
+		}
+	}
+	for i := len(cfg.middleware) - 1; i >= 0; i-- {
+		h = cfg.middleware[i](h)
+	}
+	k := c.newConsumer(queue, cfg)
+	k.handler = h
+	k.handle = k.process
+	if err := k.subscribe(ctx); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func (c *Conn) newConsumer(queue string, cfg consumeConfig) *Consumer {
+	hctx, abort := context.WithCancel(context.Background())
+	return &Consumer{conn: c, queue: queue, cfg: cfg, handlerCtx: hctx, abort: abort, done: make(chan struct{})}
+}
+
+func (k *Consumer) subscribe(ctx context.Context) error {
+	sub, err := k.conn.transport.Consume(ctx, k.queue, transport.ConsumeOptions{
+		Tag:        k.cfg.tag,
+		Prefetch:   k.cfg.prefetch,
+		Exclusive:  k.cfg.exclusive,
+		Args:       k.cfg.args,
+		ResumeArgs: k.cfg.resumeArgs,
+	})
+	if err != nil {
+		k.abort()
+		return fmt.Errorf("consume %q: %w", k.queue, err)
+	}
+	k.sub = sub
+	var workers sync.WaitGroup
+	for range k.cfg.concurrency {
+		workers.Go(k.work)
+	}
+	go func() {
+		workers.Wait()
+		if err := sub.Err(); err != nil {
+			k.conn.log.Warn("consumer ended by the broker", slog.String("queue", k.queue), slog.Any("error", err))
+		}
+		k.abort()
+		k.conn.untrack(k)
+		close(k.done)
+	}()
+	if err := k.conn.track(k); err != nil {
+		_ = k.Cancel(ctx)
+		return fmt.Errorf("consume %q: %w", k.queue, err)
+	}
+	return nil
+}
+
+func (k *Consumer) work() {
+	for d := range k.sub.Deliveries() {
+		if k.stopping.Load() {
+			// Handed over after Cancel began: it goes back unhandled rather
+			// than starting a handler the deadline may not let finish.
+			if err := d.Nack(true); err != nil {
+				k.conn.log.Debug("requeue on cancel", slog.String("queue", k.queue), slog.Any("error", err))
+			}
+			continue
+		}
+		k.handle(d)
+	}
+}
+
+// Queue is the queue the consumer reads.
+func (k *Consumer) Queue() string { return k.queue }
+
+// Done is closed once the consumer has stopped and every handler returned.
+func (k *Consumer) Done() <-chan struct{} { return k.done }
+
+// Err says why the broker ended the consumer (its queue was deleted), or nil.
+func (k *Consumer) Err() error { return k.sub.Err() }
+
+// Cancel stops taking deliveries, lets in-flight handlers finish and
+// settles them, bounded by ctx (or the connection's CloseTimeout when ctx has
+// no deadline). Deliveries not yet handled go back to the queue. At the
+// deadline the handlers' contexts are cancelled and Cancel returns an error;
+// their deliveries are never acknowledged unhandled. Idempotent.
+func (k *Consumer) Cancel(ctx context.Context) error {
+	k.cancelOnce.Do(func() {
+		ctx, cancel := k.conn.bounded(ctx)
+		defer cancel()
+		err := k.sub.Cancel(ctx)
+		k.stopping.Store(true)
+		select {
+		case <-k.done:
+		case <-ctx.Done():
+			k.abort()
+			err = errors.Join(err, fmt.Errorf("cancel consumer of %q: handlers still running at the deadline: %w", k.queue, ctx.Err()))
+		}
+		k.cancelErr = err
+	})
+	return k.cancelErr
+}
+
+// process handles one delivery of an ordinary consumer.
+func (k *Consumer) process(d *transport.Delivery) {
+	start := time.Now()
+	tel := k.conn.tel
+	m, err := k.message(d, start)
+	if err != nil {
+		tel.settled(k.handlerCtx, k.queue, k.park(d, err.Error()), time.Since(start))
+		return
+	}
+	if reason := k.cfg.retry.spent(m.Attempt, m.FirstSeen, start); reason != "" {
+		tel.settled(k.handlerCtx, k.queue, k.giveUp(d, reason), time.Since(start))
+		return
+	}
+	ctx, span := tel.startProcess(k.handlerCtx, k.queue, m, d.Headers)
+	ack := safely(WithHandling(ctx, m), k.handler, m)
+	outcome := k.settle(d, m, ack)
+	span.SetAttributes(attribute.String("acemq.outcome", outcome))
+	if ack.err != nil {
+		span.RecordError(ack.err)
+		span.SetStatus(codes.Error, ack.err.Error())
+		span.SetAttributes(attribute.String("error.type", fmt.Sprintf("%T", ack.err)))
+	}
+	span.End()
+	tel.settled(ctx, k.queue, outcome, time.Since(start))
+}
+
+// message turns a delivery into what a handler sees, or says why it cannot.
+func (k *Consumer) message(d *transport.Delivery, now time.Time) (*Message, error) {
+	env, app, err := decodeEnvelope(&d.Message, now)
+	if err != nil {
+		return nil, err
+	}
+	codec, ok := k.cfg.codecs[d.ContentType]
+	if !ok {
+		return nil, &DecodeError{ContentType: d.ContentType, Err: errors.New("unknown content type")}
+	}
+	if ch, ok := codec.(Checker); ok {
+		if err := ch.Check(d.Body); err != nil {
+			return nil, err
+		}
+	}
+	return &Message{
+		Envelope:    env,
+		Headers:     app,
+		Body:        d.Body,
+		Queue:       k.queue,
+		Exchange:    d.Exchange,
+		RoutingKey:  d.RoutingKey,
+		Redelivered: d.Redelivered,
+		codec:       codec,
+		delivery:    d,
+	}, nil
+}
+
+// settle carries out the handler's decision and names the outcome.
+func (k *Consumer) settle(d *transport.Delivery, m *Message, ack Ack) string {
+	label := func(outcome string) string {
+		if ack.label != "" && outcome != OutcomeLabelUnsettled {
+			return ack.label
+		}
+		return outcome
+	}
+	var decodeErr *DecodeError
+	switch ack.outcome {
+	case OutcomeAccept:
+		if err := d.Ack(); err != nil {
+			k.conn.log.Warn("ack failed; the message will be redelivered", slog.String("queue", k.queue),
+				slog.String("message_id", m.ID), slog.Any("error", err))
+			return OutcomeLabelUnsettled
+		}
+		return label(OutcomeLabelAccepted)
+	case OutcomeRetry, OutcomeReject:
+		if errors.As(ack.err, &decodeErr) {
+			return label(k.park(d, ack.err.Error()))
+		}
+		if ack.outcome == OutcomeReject {
+			return label(k.giveUp(d, ack.err.Error()))
+		}
+		if reason := k.cfg.retry.giveUp(m.Attempt, m.FirstSeen, time.Now()); reason != "" {
+			return label(k.giveUp(d, fmt.Sprintf("%v (%s)", ack.err, reason)))
+		}
+		return label(k.retry(d, m, ack.err))
+	case OutcomeInProgress:
+		return label(k.putBack(d, ack.delay))
+	default:
+		return label(k.giveUp(d, fmt.Sprintf("unknown handler outcome %d", ack.outcome)))
+	}
+}

@@ -1,0 +1,131 @@
+package broker
+
+import "time"
+
+// ConsumeOption is a per-call knob of Consume.
+type ConsumeOption interface {
+	applyConsume(*consumeConfig) error
+}
+
+type consumeConfig struct {
+	prefetch        int
+	concurrency     int
+	retry           RetryPolicy
+	codecs          codecs
+	tag             string
+	declare         bool
+	exclusive       bool
+	inProgressDelay time.Duration
+	middleware      []Middleware
+	args            Table
+	resumeArgs      func() Table
+}
+
+type consumeOpt func(*consumeConfig) error
+
+func (f consumeOpt) applyConsume(c *consumeConfig) error { return f(c) }
+
+// Prefetch sets how many unsettled deliveries the broker hands the consumer
+// at once (default 20). n must be at least 1: a prefetch of 0 means
+// "unlimited" to RabbitMQ, which is how a consumer runs out of memory.
+func Prefetch(n int) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		if n < 1 {
+			return invalid("prefetch %d, want at least 1", n)
+		}
+		c.prefetch = n
+		return nil
+	})
+}
+
+// Concurrency sets how many handlers run at once on the consumer (default
+// 1). Above one, messages are no longer handled in queue order.
+func Concurrency(n int) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		if n < 1 {
+			return invalid("concurrency %d, want at least 1", n)
+		}
+		c.concurrency = n
+		return nil
+	})
+}
+
+// WithRetry sets the retry policy (default: the connection's, itself
+// DefaultRetry unless configured).
+func WithRetry(p RetryPolicy) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		c.retry = p
+		return nil
+	})
+}
+
+// Tag sets the consumer tag the broker knows the consumer by.
+func Tag(name string) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error { c.tag = name; return nil })
+}
+
+// Existing consumes a queue somebody else declared, without declaring it or
+// its .dlq and .parked. Giving up on a message whose .dlq does not exist
+// falls back to the queue's own dead-lettering.
+func Existing() ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error { c.declare = false; return nil })
+}
+
+// Exclusive asks to be the queue's only consumer.
+func Exclusive() ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error { c.exclusive = true; return nil })
+}
+
+// Use wraps the handler in middleware; the first named is the outermost.
+func Use(mws ...Middleware) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		for i, m := range mws {
+			if m == nil {
+				return invalid("middleware %d is nil", i)
+			}
+		}
+		c.middleware = append(c.middleware, mws...)
+		return nil
+	})
+}
+
+// ConsumeArgs sets basic.consume arguments (x-stream-offset on a stream).
+// resume, when not nil, supplies them for each resubscription after a
+// reconnect instead.
+func ConsumeArgs(args Table, resume func() Table) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		if err := args.Validate(); err != nil {
+			return err
+		}
+		c.args = args
+		c.resumeArgs = resume
+		return nil
+	})
+}
+
+// CodecOption selects a codec; it works for Publish (encode with it) and for
+// Consume (decode its content type with it).
+type CodecOption struct{ codec Codec }
+
+// WithCodec encodes a publish with c, or decodes c's content type with c on
+// a consumer (a claim-check codec wrapping JSON, say).
+func WithCodec(c Codec) CodecOption { return CodecOption{codec: c} }
+
+func (o CodecOption) applyPublish(c *publishConfig) error {
+	if o.codec == nil {
+		return invalid("nil codec")
+	}
+	c.codec = o.codec
+	return nil
+}
+
+func (o CodecOption) applyConsume(c *consumeConfig) error {
+	if o.codec == nil {
+		return invalid("nil codec")
+	}
+	c.codecs = c.codecs.with(o.codec)
+	return nil
+}

@@ -1,0 +1,46 @@
+// Package broker is the AMQP core of acemq-flow: the Go member of the AceMQ
+// family of libraries, speaking exactly the wire the Java, .NET, Python and
+// Ruby members speak (docs/wire.md).
+//
+// # Connecting
+//
+// [Open] takes a URL: amqp:// or amqps:// is RabbitMQ (through amqp091-go),
+// memory:// the in-process loopback used by tests and by the embedded
+// default. Long-lived settings go in a [Config] (zero value = defaults);
+// per-call knobs are functional options ([PublishOption], [ConsumeOption]).
+//
+//	conn, err := broker.Open(ctx, "amqp://guest:guest@127.0.0.1:5672/")
+//	defer conn.Close(ctx)
+//
+// # Publishing
+//
+// [Conn.Publish] encodes a payload (JSON unless [WithCodec] says otherwise,
+// raw bytes for a []byte), builds the envelope (message id, correlation id
+// carried forward from the message being handled, causation, type,
+// x-acemq-first-seen) and returns once the broker has confirmed the message.
+// A [Mandatory] publish that nothing is bound to receive is an error
+// matching [ErrUnroutable], never a silent drop.
+//
+// # Consuming
+//
+// [Conn.Consume] declares the queue with its .dlq and .parked, and runs a
+// [Handler]. The handler's [Ack] is settled exactly once: accepted, retried
+// through the scheduler ladder (attempt + 1), given up into .dlq with
+// x-acemq-error, or put back with the attempt unchanged. Every move of a
+// message is published mandatory and confirmed before the original delivery
+// is acknowledged, so a crash at any point costs a duplicate, never a
+// message.
+//
+// # The scheduler ladder
+//
+// Retries, put-backs and scheduled messages ride one ladder of uniform-TTL
+// queues ([LadderTopology]); the control consumer hops each message down the
+// rungs until it is due and then delivers it ([Conn.Schedule]).
+//
+// # Errors
+//
+// Errors wrap sentinels and typed errors for errors.Is and errors.As:
+// [ErrInvalidOption], [ErrInvalidURL], [ErrReservedHeader], [ErrClosed],
+// [ErrUnroutable], [*FatalError], [*DecodeError], [*MalformedHeaderError], and the
+// transport's errors (package transport).
+package broker

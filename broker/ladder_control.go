@@ -1,0 +1,225 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// controlPrefetch and controlConcurrency size the control consumer: hops
+// are publish-and-confirm round trips, so several run at once.
+const (
+	controlPrefetch    = 64
+	controlConcurrency = 8
+)
+
+// LadderStats counts what the ladder has done on this connection.
+type LadderStats struct {
+	// Scheduled is messages put into the ladder (scheduled messages,
+	// retries and in-progress put-backs).
+	Scheduled int64
+	// Delivered is messages that reached their destination.
+	Delivered int64
+	// Hops is times a message moved between rungs; Hops/Delivered is the
+	// average number of hops.
+	Hops int64
+	// Malformed is messages in the control queue without the schedule
+	// headers, dropped: not zero only when something other than a scheduler
+	// publishes into the ladder.
+	Malformed int64
+}
+
+type ladder struct {
+	conn *Conn
+	name string
+
+	mu       sync.Mutex
+	declared bool
+	control  *Consumer
+
+	scheduled, delivered, hops, malformed atomic.Int64
+}
+
+func newLadder(c *Conn, name string) *ladder { return &ladder{conn: c, name: name} }
+
+// Ladder is the name of the connection's scheduler ladder.
+func (c *Conn) Ladder() string { return c.ladder.name }
+
+// LadderStats reports the ladder counters of this connection.
+func (c *Conn) LadderStats() LadderStats {
+	l := c.ladder
+	return LadderStats{
+		Scheduled: l.scheduled.Load(), Delivered: l.delivered.Load(),
+		Hops: l.hops.Load(), Malformed: l.malformed.Load(),
+	}
+}
+
+// DeclareLadder declares the ladder's exchange and queues without starting
+// its control consumer, for a deployment that applies topology up front.
+func (c *Conn) DeclareLadder(ctx context.Context) error { return c.ladder.declare(ctx) }
+
+// RunLadder declares the ladder and starts this connection's control
+// consumer, which moves due messages on to their destinations. Consume
+// starts it for any consumer whose policy retries; a scheduler starts it
+// too. Idempotent.
+func (c *Conn) RunLadder(ctx context.Context) error { return c.ladder.run(ctx) }
+
+// Schedule publishes out into the ladder, to be delivered to its exchange
+// and routing key at due (at once when due has passed): never early, and
+// with a running control consumer and no backlog at most about a second
+// late. The message is carried as encoded bytes; its content type is put
+// back on delivery and nothing of the ladder's headers reaches the handler.
+func (c *Conn) Schedule(ctx context.Context, due time.Time, out Outgoing) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return c.ladder.schedule(ctx, due, out.Exchange, out.RoutingKey, out.Message)
+}
+
+func (l *ladder) declare(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.declareLocked(ctx)
+}
+
+func (l *ladder) declareLocked(ctx context.Context) error {
+	if l.declared {
+		return nil
+	}
+	if err := l.conn.transport.Declare(ctx, LadderTopology(l.name)); err != nil {
+		return fmt.Errorf("declare ladder %q: %w", l.name, err)
+	}
+	l.declared = true
+	return nil
+}
+
+func (l *ladder) run(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.control != nil {
+		return nil
+	}
+	if err := l.declareLocked(ctx); err != nil {
+		return err
+	}
+	k := l.conn.newConsumer(l.name+DueSuffix, consumeConfig{prefetch: controlPrefetch, concurrency: controlConcurrency})
+	k.handle = func(d *transport.Delivery) { l.process(k, d) }
+	if err := k.subscribe(ctx); err != nil {
+		return fmt.Errorf("start ladder control consumer: %w", err)
+	}
+	l.control = k
+	return nil
+}
+
+// stop cancels the control consumer; Conn.Close calls it after the
+// ordinary consumers, whose last retries it may still be carrying.
+func (l *ladder) stop(ctx context.Context) error {
+	l.mu.Lock()
+	k := l.control
+	l.mu.Unlock()
+	if k == nil {
+		return nil
+	}
+	return k.Cancel(ctx)
+}
+
+// schedule puts msg into the rung for due, addressed to exchange and key.
+func (l *ladder) schedule(ctx context.Context, due time.Time, exchange, key string, msg transport.Message) error {
+	if err := l.declare(ctx); err != nil {
+		return err
+	}
+	h := msg.Headers.Clone()
+	if h == nil {
+		h = Table{}
+	}
+	h[HeaderScheduleExchange] = exchange
+	h[HeaderScheduleRoutingKey] = key
+	h[HeaderScheduleDueAt] = due.UnixMilli()
+	h[HeaderScheduleContentType] = msg.ContentType
+	msg.Headers = h
+	if err := l.hop(ctx, RungFor(time.Until(due)), msg); err != nil {
+		return err
+	}
+	l.scheduled.Add(1)
+	return nil
+}
+
+func (l *ladder) hop(ctx context.Context, rung string, msg transport.Message) error {
+	return l.conn.send(ctx, Outgoing{Exchange: l.name, RoutingKey: l.name + rung, Mandatory: true, Message: msg})
+}
+
+// process is the control consumer: deliver what is due, hop the rest down
+// the ladder. Every publish is mandatory and confirmed before the ack.
+func (l *ladder) process(k *Consumer, d *transport.Delivery) {
+	log := l.conn.log.With(slog.String("ladder", l.name), slog.String("message_id", d.MessageID))
+	exchange, okE := d.Headers[HeaderScheduleExchange].(string)
+	key, okK := d.Headers[HeaderScheduleRoutingKey].(string)
+	dueMs, okD := transport.Int(d.Headers[HeaderScheduleDueAt])
+	if !okE || !okK || !okD {
+		l.malformed.Add(1)
+		log.Warn("dropping a message without schedule headers from the control queue")
+		if err := d.Ack(); err != nil {
+			log.Debug("ack malformed", slog.Any("error", err))
+		}
+		return
+	}
+	contentType, _ := d.Headers[HeaderScheduleContentType].(string)
+	ctx, cancel := context.WithTimeout(k.handlerCtx, moveTimeout)
+	defer cancel()
+	msg := movable(d)
+	remaining := time.Until(time.UnixMilli(dueMs))
+	var err error
+	if remaining <= 0 {
+		out := msg
+		out.Headers = msg.Headers.Clone()
+		for _, h := range []string{HeaderScheduleExchange, HeaderScheduleRoutingKey, HeaderScheduleDueAt, HeaderScheduleContentType} {
+			delete(out.Headers, h)
+		}
+		out.ContentType = contentType
+		err = l.conn.send(ctx, Outgoing{Exchange: exchange, RoutingKey: key, Mandatory: true, Message: out})
+		if err == nil {
+			l.delivered.Add(1)
+		} else if errors.Is(err, transport.ErrUnroutable) {
+			// Nothing bound to the target yet: try again a second later
+			// rather than spinning through the control queue.
+			log.Debug("scheduled target unroutable; retrying in 1s", slog.String("exchange", exchange), slog.String("key", key))
+			err = l.hop(ctx, Rungs[len(Rungs)-1].Suffix, msg)
+			if err == nil {
+				l.hops.Add(1)
+			}
+		}
+	} else {
+		err = l.hop(ctx, RungFor(remaining), msg)
+		if err == nil {
+			l.hops.Add(1)
+		}
+	}
+	switch {
+	case err == nil:
+		if err := d.Ack(); err != nil {
+			log.Debug("ladder ack failed; the message will be redelivered", slog.Any("error", err))
+		}
+	case refused(err):
+		// A rung refused it (deleted, or full): declare the ladder again
+		// and hand the message back to the control queue.
+		log.Warn("ladder rung refused a message; redeclaring and requeueing", slog.Any("error", err))
+		l.mu.Lock()
+		l.declared = false
+		derr := l.declareLocked(ctx)
+		l.mu.Unlock()
+		if derr != nil {
+			log.Warn("redeclare ladder", slog.Any("error", derr))
+		}
+		if err := d.Nack(true); err != nil {
+			log.Debug("ladder requeue failed", slog.Any("error", err))
+		}
+	default:
+		log.Warn("ladder move did not complete; the message will be redelivered", slog.Any("error", err))
+	}
+}

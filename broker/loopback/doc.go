@@ -1,0 +1,37 @@
+// Package loopback is an in-process implementation of [transport.Transport]:
+// the AMQP model the AceMQ core uses, kept in memory, for tests and for the
+// embedded default that runs without a broker.
+//
+// # What it models
+//
+// A [Broker] holds exchanges and queues; [Broker.Connect] opens a
+// connection to it. Like RabbitMQ 3.10 it pre-declares the default exchange
+// "" (every queue bound by its own name) and amq.direct, amq.topic and
+// amq.fanout, and it implements direct, topic and fanout routing, the
+// alternate-exchange argument, mandatory returns, immediate publisher
+// confirms, per-subscription prefetch with round-robin dispatch and
+// x-single-active-consumer, ack/nack/requeue, exclusive and auto-delete
+// queues and exchanges, x-max-length and x-max-length-bytes with every
+// x-overflow mode, queue and per-message TTL (expiring only at the head of a
+// queue, as RabbitMQ does), dead-lettering with RabbitMQ's x-death header and
+// cycle detection, and quorum queues' x-delivery-count and
+// x-delivery-limit.
+//
+// It checks what RabbitMQ checks and answers with the same reply codes:
+// 403 for the default exchange and the reserved "amq." prefix, 404 for a
+// missing queue or exchange, 405 for another connection's exclusive queue,
+// 406 for an inequivalent redeclaration or an invalid argument. Header and
+// argument values are validated like [transport.Table.Validate] and
+// normalised as they come back from RabbitMQ through amqp091-go (int becomes
+// int64, map[string]any becomes [transport.Table], time.Time loses its
+// sub-second part), and every message is deep-copied on the way in and on
+// the way out, so a sender and its receivers never share memory.
+//
+// # What it refuses
+//
+// Streams (x-queue-type: stream), headers exchanges, x-expires and
+// x-max-priority fail with an error wrapping [transport.ErrNotSupported]:
+// they need a real broker. The loopback never reconnects, so
+// [transport.ErrStaleDelivery] and [transport.ErrConnectionLost] do not
+// occur.
+package loopback

@@ -1,0 +1,128 @@
+package loopback
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// message is one message held by a queue. Its Message is normalised on the
+// way in and never changed afterwards, so queues that received the same
+// publish share it; every delivery hands out a deep copy.
+type message struct {
+	msg         transport.Message
+	exchange    string
+	routingKey  string
+	redelivered bool
+	// expiresAt is when the message expires once at the head of its queue;
+	// zero means never.
+	expiresAt time.Time
+	// returns counts how often a quorum queue got the message back
+	// (x-delivery-count).
+	returns int64
+}
+
+// size is what x-max-length-bytes counts: the body.
+func (m *message) size() int { return len(m.msg.Body) }
+
+// newMessage validates and normalises msg as RabbitMQ and amqp091-go would
+// hand it back: headers checked, copied and converted, the timestamp cut to
+// the second.
+func newMessage(msg transport.Message) (transport.Message, error) {
+	if _, _, err := parseExpiration(msg.Expiration); err != nil {
+		return transport.Message{}, err
+	}
+	if err := msg.Headers.Validate(); err != nil {
+		return transport.Message{}, err
+	}
+	msg.Headers = normalizeHeaders(msg.Headers)
+	msg.Timestamp = normalizeTime(msg.Timestamp)
+	msg.Body = cloneBytes(msg.Body)
+	return msg, nil
+}
+
+// parseExpiration reads a per-message TTL in milliseconds; ok is false for
+// "" (no TTL).
+func parseExpiration(s string) (ttl time.Duration, ok bool, err error) {
+	if s == "" {
+		return 0, false, nil
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false, fmt.Errorf("%w: %q", transport.ErrInvalidExpiration, s)
+		}
+	}
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || ms > int64(maxTTL/time.Millisecond) {
+		return 0, false, fmt.Errorf("%w: %q is out of range", transport.ErrInvalidExpiration, s)
+	}
+	return time.Duration(ms) * time.Millisecond, true, nil
+}
+
+// maxTTL keeps TTL arithmetic from overflowing a time.Duration.
+const maxTTL = 100 * 365 * 24 * time.Hour
+
+// normalizeHeaders returns a normalised deep copy of t, nil when empty (an
+// empty table does not travel).
+func normalizeHeaders(t transport.Table) transport.Table {
+	if len(t) == 0 {
+		return nil
+	}
+	return normalizeTable(t)
+}
+
+func normalizeTable(t transport.Table) transport.Table {
+	out := make(transport.Table, len(t))
+	for k, v := range t {
+		out[k] = normalizeValue(v)
+	}
+	return out
+}
+
+func normalizeValue(v any) any {
+	switch x := v.(type) {
+	case int:
+		return int64(x)
+	case transport.Table:
+		return normalizeTable(x)
+	case map[string]any:
+		return normalizeTable(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = normalizeValue(e)
+		}
+		return out
+	case []byte:
+		return cloneBytes(x)
+	case time.Time:
+		return normalizeTime(x)
+	default:
+		return v
+	}
+}
+
+// normalizeTime cuts t to the second, in the local zone, as amqp091-go
+// decodes an AMQP timestamp; the zero time stays zero (it is not sent).
+func normalizeTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return time.Unix(t.Unix(), 0)
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+// copyMessage returns a deep copy of m for a receiver to own.
+func copyMessage(m transport.Message) transport.Message {
+	m.Headers = m.Headers.Clone()
+	m.Body = cloneBytes(m.Body)
+	return m
+}

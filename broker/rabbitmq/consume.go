@@ -1,0 +1,272 @@
+package rabbitmq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// Consume subscribes to queue on a channel of its own with basic.qos set to
+// opts.Prefetch and manual acknowledgement; the subscription survives
+// reconnects (see the package doc). It refuses a prefetch outside 1..65535
+// (ErrInvalidPrefetch) and arguments that are not AMQP field values; a queue
+// that does not exist is an *transport.AMQPError with code
+// transport.NotFound.
+func (t *Transport) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Subscription, error) {
+	if opts.Prefetch < 1 || opts.Prefetch > 65535 {
+		return nil, fmt.Errorf("%w: got %d", ErrInvalidPrefetch, opts.Prefetch)
+	}
+	if err := opts.Args.Validate(); err != nil {
+		return nil, fmt.Errorf("rabbitmq: consume from queue %q: arguments: %w", queue, err)
+	}
+	opts.Args = opts.Args.Clone()
+	if opts.Tag == "" {
+		opts.Tag = consumerTag()
+	}
+	sub := &subscription{
+		t:     t,
+		queue: queue,
+		opts:  opts,
+		out:   make(chan *transport.Delivery),
+		done:  make(chan struct{}),
+		log:   t.log.With(slog.String("queue", queue), slog.String("consumer_tag", opts.Tag)),
+	}
+	sub.ctx, sub.stop = context.WithCancel(t.ctx)
+	c, err := sub.subscribe(ctx, opts.Args)
+	if err != nil {
+		sub.stop()
+		return nil, fmt.Errorf("rabbitmq: consume from queue %q: %w", queue, err)
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		sub.stop()
+		c.h.retire()
+		return nil, transport.ErrClosed
+	}
+	t.subs[sub] = struct{}{}
+	t.mu.Unlock()
+	if !t.goOwned(func() { sub.run(c) }) {
+		// Close came in between and may be waiting for this subscription.
+		c.h.retire()
+		sub.finish()
+		return nil, transport.ErrClosed
+	}
+	return sub, nil
+}
+
+// consumerTag generates a tag that cannot collide with another process's.
+func consumerTag() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return "acemq-" + hex.EncodeToString(b[:])
+}
+
+// subscription is a consumer that outlives the channels it runs on.
+type subscription struct {
+	t     *Transport
+	queue string
+	opts  transport.ConsumeOptions
+	out   chan *transport.Delivery
+	log   *slog.Logger
+
+	// ctx is cancelled by Cancel and by Close of the transport.
+	ctx  context.Context
+	stop context.CancelFunc
+	done chan struct{} // closed once out is closed
+
+	mu  sync.Mutex
+	err error
+}
+
+// consumer is one basic.consume on one channel.
+type consumer struct {
+	s          *session
+	h          *heldChannel
+	deliveries <-chan amqp.Delivery
+	cancels    chan string
+	closes     chan *amqp.Error
+	closeErr   *amqp.Error
+}
+
+// Deliveries yields the subscription's messages; it is closed when the
+// subscription ends.
+func (sub *subscription) Deliveries() <-chan *transport.Delivery { return sub.out }
+
+// Err is why the subscription ended on its own, or nil.
+func (sub *subscription) Err() error {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.err
+}
+
+// Cancel sends basic.cancel, requeues whatever the broker sent after it
+// raced the cancel, and closes Deliveries. Deliveries already received stay
+// settle-able: their channel stays open until they are settled. Cancel is
+// idempotent and waits, bounded by ctx, for Deliveries to close.
+func (sub *subscription) Cancel(ctx context.Context) error {
+	sub.stop()
+	select {
+	case <-sub.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("rabbitmq: cancel consumer %q: %w", sub.opts.Tag, ctx.Err())
+	}
+}
+
+// subscribe opens a channel, sets its prefetch and starts consuming with
+// args, waiting bounded by ctx for a connection and retrying on the next one
+// if the connection goes away under it.
+func (sub *subscription) subscribe(ctx context.Context, args transport.Table) (*consumer, error) {
+	if err := args.Validate(); err != nil {
+		return nil, fmt.Errorf("resume arguments: %w", err)
+	}
+	for {
+		s, err := sub.t.session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c, err := sub.consumeOn(s, args)
+		if err != nil && s.isLost() && retryable(err) {
+			continue
+		}
+		return c, err
+	}
+}
+
+func (sub *subscription) consumeOn(s *session, args transport.Table) (*consumer, error) {
+	ch, err := s.channel()
+	if err != nil {
+		return nil, err
+	}
+	c := &consumer{
+		s: s,
+		h: &heldChannel{t: sub.t, ch: ch},
+		// Both are read by the subscription's goroutine; buffered so that
+		// amqp091's reader never waits on it.
+		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+		cancels: ch.NotifyCancel(make(chan string, 4)),
+	}
+	if err := ch.Qos(sub.opts.Prefetch, 0, false); err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("basic.qos: %w", mapError(err))
+	}
+	c.deliveries, err = ch.Consume(sub.queue, sub.opts.Tag, false, sub.opts.Exclusive, false, false, toTable(args))
+	if err != nil {
+		ch.Close()
+		return nil, mapError(err)
+	}
+	return c, nil
+}
+
+// run feeds out from one consumer after another until the subscription is
+// cancelled, the transport closes, or resubscribing fails.
+func (sub *subscription) run(c *consumer) {
+	defer sub.finish()
+	for {
+		why := sub.pump(c)
+		if sub.ctx.Err() != nil {
+			return
+		}
+		c.h.retire()
+		sub.log.Info("rabbitmq consumer interrupted; resubscribing", slog.String("reason", why))
+		args := sub.opts.Args
+		if sub.opts.ResumeArgs != nil {
+			args = sub.opts.ResumeArgs()
+		}
+		next, err := sub.subscribe(sub.ctx, args)
+		if err != nil {
+			if sub.ctx.Err() == nil {
+				sub.log.Error("rabbitmq could not resubscribe; subscription ends", slog.Any("error", err))
+				sub.mu.Lock()
+				sub.err = fmt.Errorf("rabbitmq: resubscribe to queue %q: %w", sub.queue, err)
+				sub.mu.Unlock()
+			}
+			return
+		}
+		sub.log.Info("rabbitmq consumer resubscribed", slog.Uint64("generation", next.s.gen))
+		c = next
+	}
+}
+
+// finish ends the subscription: out is closed, and Cancel and Close stop
+// waiting for it.
+func (sub *subscription) finish() {
+	close(sub.out)
+	sub.t.mu.Lock()
+	delete(sub.t.subs, sub)
+	sub.t.mu.Unlock()
+	close(sub.done)
+}
+
+// pump hands c's deliveries to out until c ends, and says why it ended. When
+// the subscription is stopped it cancels the consumer first.
+func (sub *subscription) pump(c *consumer) string {
+	for {
+		select {
+		case <-sub.ctx.Done():
+			sub.cancel(c)
+			return "cancelled"
+		case _, ok := <-c.cancels:
+			// The delivery channel closes right after; keep reading it.
+			if !ok {
+				c.cancels = nil
+			}
+		case e, ok := <-c.closes:
+			if !ok {
+				c.closes = nil
+			} else if c.closeErr == nil {
+				c.closeErr = e
+			}
+		case d, ok := <-c.deliveries:
+			if !ok {
+				return c.why()
+			}
+			td := delivery(c.h, &d)
+			select {
+			case sub.out <- td:
+			case <-sub.ctx.Done():
+				// Never handed out: back to the queue.
+				_ = td.Settler.Nack(true)
+				sub.cancel(c)
+				return "cancelled"
+			}
+		}
+	}
+}
+
+// cancel stops the broker delivering to c and requeues what it sent before
+// the cancel reached it. The channel stays open for what was handed out.
+func (sub *subscription) cancel(c *consumer) {
+	defer c.h.retire()
+	if err := c.h.ch.Cancel(sub.opts.Tag, false); err != nil {
+		// The channel is gone, and with it everything unsettled on it.
+		return
+	}
+	for d := range c.deliveries {
+		if err := c.h.ch.Nack(d.DeliveryTag, false, true); err != nil {
+			return
+		}
+	}
+}
+
+// why says why c's delivery channel closed.
+func (c *consumer) why() string {
+	switch {
+	case !c.h.ch.IsClosed():
+		return "the broker cancelled the consumer"
+	case c.s.isLost():
+		return "connection lost"
+	case c.closeErr != nil:
+		return "channel closed: " + (&transport.AMQPError{Code: c.closeErr.Code, Reason: c.closeErr.Reason}).Error()
+	default:
+		return "channel closed"
+	}
+}

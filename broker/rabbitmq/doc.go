@@ -1,0 +1,45 @@
+// Package rabbitmq is the RabbitMQ implementation of [transport.Transport],
+// built on github.com/rabbitmq/amqp091-go. It is the reference transport:
+// the behaviour the loopback imitates and the one the product is measured on.
+//
+// # Connecting
+//
+// [Dial] opens one AMQP connection configured by a [Config] (a config
+// struct: the zero value means defaults, [Config.Validate] says what is
+// wrong). A failed first dial is an error; a connection lost later is
+// redialled in the background with exponential backoff and jitter until
+// [Transport.Close].
+//
+// # Publishing
+//
+// Publishes go through a small pool of confirm-mode channels, each with many
+// publishes in flight, so concurrent publishers share the confirm round
+// trips instead of waiting for each in turn. Every message is persistent.
+// Publish returns only after the broker's basic.ack; a mandatory publish the
+// broker returned is a [*transport.ReturnedError] (basic.return is matched to
+// its publish by message id, exchange and routing key), a basic.nack is
+// [transport.ErrNacked], and a connection or channel lost before the confirm
+// is [transport.ErrConnectionLost] (also an [*transport.AMQPError] when a
+// channel exception such as publishing to a missing exchange closed it).
+// Publishes wait, bounded by their context, while the broker has blocked the
+// connection and while the transport is between connections.
+//
+// # Consuming
+//
+// Every subscription has its own channel with basic.qos set to its prefetch
+// and manual acknowledgement. Deliveries are settled one by one through
+// their Settler, which refuses a second settlement and a delivery whose
+// channel has since been replaced ([transport.ErrStaleDelivery]): after a
+// reconnect delivery tags restart at 1, so an old tag must never reach the
+// new channel. A channel whose subscription ended stays open until every
+// delivery received on it is settled.
+//
+// # Reconnection
+//
+// amqp091-go's own recovery is left off. When the connection closes, every
+// channel and unsettled delivery becomes stale, publishes awaiting a confirm
+// fail, and the transport redials, declares again everything recorded by
+// Declare (in declaration order), and resubscribes every live subscription
+// on a new channel, feeding the same Deliveries channel. Each step is logged
+// through the configured *slog.Logger.
+package rabbitmq

@@ -1,0 +1,135 @@
+package rabbitmq
+
+import (
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// supervise watches the current connection and replaces it whenever it is
+// lost, until Close.
+func (t *Transport) supervise(s *session) {
+	for {
+		select {
+		case <-s.lost:
+		case <-t.ctx.Done():
+			return
+		}
+		if t.ctx.Err() != nil {
+			return
+		}
+		// Publishes awaiting a confirm on s fail as amqp091 closes its
+		// channels; deliveries received on s are stale from here on.
+		t.setSession(nil)
+		attrs := []any{slog.Uint64("generation", s.gen)}
+		if s.lostErr != nil {
+			attrs = append(attrs, slog.Int("code", s.lostErr.Code), slog.String("reason", s.lostErr.Reason))
+		}
+		t.log.Warn("rabbitmq connection lost; reconnecting", attrs...)
+		if s = t.reconnect(); s == nil {
+			return
+		}
+	}
+}
+
+// reconnect redials with backoff and jitter until a connection is up and the
+// recorded topology is declared on it, then makes it current (which resumes
+// subscriptions and waiting publishes). It returns nil once Close is called.
+func (t *Transport) reconnect() *session {
+	delay := t.cfg.ReconnectMin
+	for attempt := 1; ; attempt++ {
+		wait := jitter(delay)
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-t.ctx.Done():
+			timer.Stop()
+			return nil
+		}
+		delay = min(delay*2, t.cfg.ReconnectMax)
+
+		t.log.Info("rabbitmq redialling", slog.Int("attempt", attempt), slog.Duration("after", wait))
+		s, err := t.connect(t.ctx)
+		if err != nil {
+			if t.ctx.Err() != nil {
+				return nil
+			}
+			t.log.Warn("rabbitmq redial failed", slog.Int("attempt", attempt), slog.Any("error", err))
+			continue
+		}
+		if err := t.redeclare(s); err != nil {
+			t.log.Warn("rabbitmq redeclaring topology failed; redialling", slog.Int("attempt", attempt), slog.Any("error", err))
+			s.conn.Close()
+			continue
+		}
+		if !t.setSession(s) {
+			s.conn.Close()
+			return nil
+		}
+		t.log.Info("rabbitmq reconnected", slog.Uint64("generation", s.gen), slog.Int("attempt", attempt),
+			slog.String("local", s.conn.LocalAddr().String()))
+		return s
+	}
+}
+
+// jitter spreads d over [d/2, 3d/2) so that many clients dropped at once do
+// not redial in step.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d)
+}
+
+// redeclare declares the recorded topology on a new connection before
+// anything else uses it. An item the broker refuses is logged and skipped,
+// since redialling would not change the answer; a locked exclusive queue
+// (405: the broker has not yet removed the old connection's copy) and a lost
+// connection fail the attempt, so that the next one retries.
+func (t *Transport) redeclare(s *session) error {
+	topo := t.topo.snapshot()
+	if len(topo.Exchanges)+len(topo.Queues)+len(topo.Bindings) == 0 {
+		return nil
+	}
+	ch, err := s.channel()
+	if err != nil {
+		return err
+	}
+	defer func() { ch.Close() }()
+	try := func(declare func(*amqp.Channel) error) error {
+		err := declare(ch)
+		if err == nil {
+			return nil
+		}
+		if s.isLost() || transport.IsCode(err, transport.ResourceLocked) {
+			return err
+		}
+		t.log.Error("rabbitmq could not redeclare; skipping it", slog.Any("error", err))
+		// The exception closed the channel.
+		ch.Close()
+		ch, err = s.channel()
+		return err
+	}
+	for _, e := range topo.Exchanges {
+		if err := try(func(ch *amqp.Channel) error { return declareExchange(ch, e) }); err != nil {
+			return err
+		}
+	}
+	for _, q := range topo.Queues {
+		if err := try(func(ch *amqp.Channel) error { return declareQueue(ch, q) }); err != nil {
+			return err
+		}
+	}
+	for _, b := range topo.Bindings {
+		if err := try(func(ch *amqp.Channel) error { return declareBinding(ch, b) }); err != nil {
+			return err
+		}
+	}
+	t.log.Info("rabbitmq topology redeclared", slog.Uint64("generation", s.gen),
+		slog.Int("exchanges", len(topo.Exchanges)), slog.Int("queues", len(topo.Queues)), slog.Int("bindings", len(topo.Bindings)))
+	return nil
+}

@@ -1,0 +1,108 @@
+package rabbitmq
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// session is one connection and everything opened on it. A session is never
+// reused: when its connection closes, its channels and the deliveries
+// received on them are stale, and the transport builds a new session.
+type session struct {
+	t    *Transport
+	gen  uint64
+	conn *amqp.Connection
+	// lost is closed once the connection has closed; lostErr (set before)
+	// is the broker's or the library's reason, nil for a clean close.
+	lost    chan struct{}
+	lostErr *amqp.Error
+	blocked *gate
+
+	mu   sync.Mutex
+	pubs []*pubChannel
+	next atomic.Uint64
+
+	getMu sync.Mutex
+	get   *heldChannel
+}
+
+// newSession wraps a fresh connection: it opens the publish channels and
+// starts the goroutines that drain the connection's notifications.
+func (t *Transport) newSession(conn *amqp.Connection) (*session, error) {
+	t.mu.Lock()
+	t.gen++
+	gen := t.gen
+	t.mu.Unlock()
+	s := &session{t: t, gen: gen, conn: conn, lost: make(chan struct{}), blocked: newGate()}
+
+	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
+	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	watchClose := func() {
+		for e := range closes {
+			s.lostErr = e
+		}
+		close(s.lost)
+	}
+	watchBlocked := func() {
+		for b := range blocks {
+			if b.Active {
+				t.log.Warn("rabbitmq blocked the connection; publishes wait", slog.String("reason", b.Reason))
+			} else {
+				t.log.Info("rabbitmq unblocked the connection")
+			}
+			s.blocked.set(b.Active)
+		}
+		s.blocked.set(false)
+	}
+	if !t.goOwned(watchClose) || !t.goOwned(watchBlocked) {
+		return nil, transport.ErrClosed
+	}
+
+	s.pubs = make([]*pubChannel, t.cfg.PublishChannels)
+	for i := range s.pubs {
+		pc, err := s.openPublisher()
+		if err != nil {
+			return nil, err
+		}
+		s.pubs[i] = pc
+	}
+	return s, nil
+}
+
+// publisher picks the next publish channel round robin, replacing one that a
+// channel exception closed while the connection stayed up.
+func (s *session) publisher() (*pubChannel, error) {
+	i := int(s.next.Add(1) % uint64(len(s.pubs)))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pc := s.pubs[i]
+	if !pc.ch.IsClosed() {
+		return pc, nil
+	}
+	pc, err := s.openPublisher()
+	if err != nil {
+		return nil, err
+	}
+	s.pubs[i] = pc
+	s.t.log.Info("rabbitmq replaced a closed publish channel", slog.Uint64("generation", s.gen))
+	return pc, nil
+}
+
+// channel opens a channel on this session's connection.
+func (s *session) channel() (*amqp.Channel, error) {
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	return ch, nil
+}
+
+// isLost reports whether the connection has closed, even if the goroutine
+// watching it has not yet closed s.lost.
+func (s *session) isLost() bool { return s.conn.IsClosed() }

@@ -1,0 +1,114 @@
+package rabbitmq
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// Transport is a transport.Transport over one RabbitMQ connection at a time,
+// replaced by a new one whenever it is lost. It is safe for concurrent use.
+type Transport struct {
+	cfg Config
+	url brokerURL
+	log *slog.Logger
+
+	// ctx is cancelled by Close; every background goroutine and every wait
+	// for a connection ends with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	topo topologyRecord
+
+	mu      sync.Mutex
+	closed  bool
+	cur     *session      // nil while between connections
+	changed chan struct{} // closed and replaced whenever cur changes
+	gen     uint64
+	subs    map[*subscription]struct{}
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// Name returns the broker URL without its password.
+func (t *Transport) Name() string { return t.url.redacted }
+
+// LocalAddr returns the local address of the current connection, which is
+// how the broker names it ("127.0.0.1:PORT -> 127.0.0.1:5672"), or nil while
+// the transport is between connections or closed.
+func (t *Transport) LocalAddr() net.Addr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cur == nil {
+		return nil
+	}
+	return t.cur.conn.LocalAddr()
+}
+
+// session waits, bounded by ctx, for a connection that is still open. It
+// returns transport.ErrClosed once the transport is closed.
+func (t *Transport) session(ctx context.Context) (*session, error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, transport.ErrClosed
+		}
+		s, changed := t.cur, t.changed
+		t.mu.Unlock()
+		if s != nil && !s.conn.IsClosed() {
+			return s, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("rabbitmq: waiting for a connection to %s: %w", t.Name(), ctx.Err())
+		case <-t.ctx.Done():
+			return nil, transport.ErrClosed
+		}
+	}
+}
+
+// setSession makes s the current connection (nil: none) and wakes everyone
+// waiting for a change. It refuses a new connection once the transport is
+// closed, so that a redial racing Close cannot leave one open.
+func (t *Transport) setSession(s *session) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s != nil && t.closed {
+		return false
+	}
+	t.cur = s
+	close(t.changed)
+	t.changed = make(chan struct{})
+	return true
+}
+
+// isClosed reports whether Close has been called.
+func (t *Transport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// goOwned runs f as a goroutine the transport owns, which Close waits for.
+// Once the transport is closed it refuses (false) without running f, so that
+// no Add races Close's Wait.
+func (t *Transport) goOwned(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
+}

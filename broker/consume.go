@@ -67,6 +67,9 @@ func (c *Conn) Consume(ctx context.Context, queue string, h Handler, opts ...Con
 			return nil, fmt.Errorf("consume %q: %w", queue, err)
 		}
 	}
+	if cfg.stream && !cfg.retrySet {
+		cfg.retry = NoRetry()
+	}
 	if c.closed.Load() {
 		return nil, fmt.Errorf("consume %q: %w", queue, ErrClosed)
 	}
@@ -134,7 +137,12 @@ func (k *Consumer) work() {
 	for d := range k.sub.Deliveries() {
 		if k.stopping.Load() {
 			// Handed over after Cancel began: it goes back unhandled rather
-			// than starting a handler the deadline may not let finish.
+			// than starting a handler the deadline may not let finish. A
+			// stream delivery is left unsettled instead: nothing can be put
+			// back on a stream, and the reader's position does not move.
+			if k.cfg.stream {
+				continue
+			}
 			if err := d.Nack(true); err != nil {
 				k.conn.log.Debug("requeue on cancel", slog.String("queue", k.queue), slog.Any("error", err))
 			}
@@ -232,7 +240,7 @@ func (k *Consumer) message(d *transport.Delivery, now time.Time) (*Message, erro
 // settle carries out the handler's decision and names the outcome.
 func (k *Consumer) settle(d *transport.Delivery, m *Message, ack Ack) string {
 	label := func(outcome string) string {
-		if ack.label != "" && outcome != OutcomeLabelUnsettled {
+		if ack.label != "" && outcome != OutcomeLabelUnsettled && outcome != OutcomeLabelSkipped {
 			return ack.label
 		}
 		return outcome
@@ -258,6 +266,10 @@ func (k *Consumer) settle(d *transport.Delivery, m *Message, ack Ack) string {
 		}
 		return label(k.retry(d, m, ack.err))
 	case OutcomeInProgress:
+		if k.cfg.stream {
+			// Putting it back would append a second copy to the log.
+			return label(k.giveUp(d, "in progress elsewhere; a stream message cannot be put back"))
+		}
 		return label(k.putBack(d, ack.delay))
 	default:
 		return label(k.giveUp(d, fmt.Sprintf("unknown handler outcome %d", ack.outcome)))

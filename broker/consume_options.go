@@ -19,6 +19,8 @@ type consumeConfig struct {
 	middleware      []Middleware
 	args            Table
 	resumeArgs      func() Table
+	stream          bool
+	retrySet        bool
 }
 
 type consumeOpt func(*consumeConfig) error
@@ -58,6 +60,7 @@ func WithRetry(p RetryPolicy) ConsumeOption {
 			return err
 		}
 		c.retry = p
+		c.retrySet = true
 		return nil
 	})
 }
@@ -88,6 +91,21 @@ func Use(mws ...Middleware) ConsumeOption {
 			}
 		}
 		c.middleware = append(c.middleware, mws...)
+		return nil
+	})
+}
+
+// OnStream consumes a stream queue (declared with x-queue-type stream; see
+// patterns.DeclareStream), where nothing can be moved back: the queue is not
+// declared, the retry policy is NoRetry unless WithRetry says otherwise, an
+// InProgress answer dead-letters instead of putting back, and a delivery is
+// never rejected (RabbitMQ closes the connection on a nack to a stream): one
+// that cannot be set aside is acknowledged, logged and counted as
+// outcome="skipped", because a stream moves on regardless.
+func OnStream() ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		c.stream = true
+		c.declare = false
 		return nil
 	})
 }

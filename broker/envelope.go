@@ -188,3 +188,11 @@ func checkApplicationHeaders(h transport.Table) error {
 	}
 	return h.Validate()
 }
+
+// EnvelopeOf reads the envelope and the application headers of a message
+// the transport handed over (a dead letter fetched with Get, say), by the
+// same rules a consumer uses. A malformed engine header is a
+// *MalformedHeaderError.
+func EnvelopeOf(m *transport.Message) (Envelope, Table, error) {
+	return decodeEnvelope(m, time.Now())
+}

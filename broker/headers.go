@@ -30,10 +30,12 @@ const (
 	HeaderStreamOffset = "x-stream-offset"
 )
 
-// brokerHeaders are what RabbitMQ adds when it dead-letters a message. They
+// brokerHeaders are what RabbitMQ adds when it dead-letters or (on a quorum
+// queue) redelivers a message. They
 // are dropped whenever the library moves a message: RabbitMQ silently drops
 // a message whose x-death shows it cycling with no rejection in the loop.
 var brokerHeaders = []string{
 	"x-death", "x-first-death-reason", "x-first-death-queue", "x-first-death-exchange",
 	"x-last-death-reason", "x-last-death-queue", "x-last-death-exchange", "original-expiration",
+	"x-delivery-count",
 }

@@ -64,6 +64,14 @@ func (k *Consumer) setAside(d *transport.Delivery, suffix, reason, outcome strin
 		}
 		log.Info("message set aside", slog.String("to", k.queue+suffix))
 		return outcome
+	case refused(err) && k.cfg.stream:
+		// Never nack a stream: the position moves on, and this log line and
+		// the "skipped" outcome are the only record of the gap.
+		log.Error("stream message could not be set aside; skipping it", slog.Any("offset", d.Headers[HeaderStreamOffset]), slog.Any("error", err))
+		if err := d.Ack(); err != nil {
+			return OutcomeLabelUnsettled
+		}
+		return OutcomeLabelSkipped
 	case refused(err):
 		log.Warn("set-aside refused; rejecting to the queue's dead-letter exchange", slog.Any("error", err))
 		if err := d.Nack(false); err != nil {

@@ -100,11 +100,26 @@ func (p RetryPolicy) giveUp(attempt int, firstSeen, now time.Time) string {
 	return ""
 }
 
+// String describes the policy for a person: "5 attempts, 1s doubling up to
+// 5m0s".
 func (p RetryPolicy) String() string {
 	if !p.Retries() {
 		return "no retry"
 	}
-	return fmt.Sprintf("%d attempts, %s x%g up to %s", p.Attempts, p.Initial, p.Multiplier, p.Max)
+	s := fmt.Sprintf("%d attempts, %s apart", p.Attempts, p.Initial)
+	if p.Multiplier > 1 {
+		s = fmt.Sprintf("%d attempts, %s doubling", p.Attempts, p.Initial)
+		if p.Multiplier != 2 {
+			s = fmt.Sprintf("%d attempts, %s x%g", p.Attempts, p.Initial, p.Multiplier)
+		}
+		if p.Max > 0 {
+			s += " up to " + p.Max.String()
+		}
+	}
+	if p.MaxAge > 0 {
+		s += ", at most " + p.MaxAge.String() + " old"
+	}
+	return s
 }
 
 // spent says why a message should be given up before its handler is even

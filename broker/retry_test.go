@@ -58,3 +58,11 @@ func TestRetryPolicyValidate(t *testing.T) {
 	}
 	require.True(t, errors.Is(WithRetry(RetryPolicy{}).applyConsume(&consumeConfig{}), ErrInvalidOption))
 }
+
+func TestRetryPolicyString(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "5 attempts, 1s doubling up to 5m0s", DefaultRetry.String())
+	require.Equal(t, "3 attempts, 500ms apart", Constant(3, 500*time.Millisecond).String())
+	require.Equal(t, "no retry", NoRetry().String())
+	require.Equal(t, "4 attempts, 1s x3, at most 1h0m0s old", RetryPolicy{Attempts: 4, Initial: time.Second, Multiplier: 3, MaxAge: time.Hour}.String())
+}

@@ -101,4 +101,3 @@ func TestMalformedControlMessageIsDropped(t *testing.T) {
 		require.Eventually(t, func() bool { return h.depth(conn.Ladder()+broker.DueSuffix) == 0 }, 5*time.Second, 20*time.Millisecond)
 	})
 }
-

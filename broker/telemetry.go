@@ -27,6 +27,7 @@ const (
 	OutcomeLabelParked       = "parked"
 	OutcomeLabelInProgress   = "in_progress"
 	OutcomeLabelUnsettled    = "unsettled"
+	OutcomeLabelSkipped      = "skipped"
 )
 
 // processBuckets are the semantic conventions' suggested buckets for

@@ -21,8 +21,8 @@ type queue struct {
 	ready      deque
 	readyBytes int
 
-	consumers   []*subscription
-	next        int // round-robin position in consumers
+	consumers []*subscription
+	next      int // round-robin position in consumers
 
 	deleted bool
 	dirty   bool

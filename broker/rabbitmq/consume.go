@@ -45,16 +45,11 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		return nil, fmt.Errorf("rabbitmq: consume from queue %q: %w", queue, err)
 	}
 	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		sub.stop()
-		c.h.retire()
-		return nil, transport.ErrClosed
-	}
 	t.subs[sub] = struct{}{}
 	t.mu.Unlock()
 	if !t.goOwned(func() { sub.run(c) }) {
-		// Close came in between and may be waiting for this subscription.
+		// Close came first; finish undoes the registration.
+		sub.stop()
 		c.h.retire()
 		sub.finish()
 		return nil, transport.ErrClosed
@@ -150,7 +145,7 @@ func (sub *subscription) consumeOn(s *session, args transport.Table) (*consumer,
 		s: s,
 		h: &heldChannel{t: sub.t, ch: ch},
 		// Both are read by the subscription's goroutine; buffered so that
-		// amqp091's reader never waits on it.
+		// amqp091's reader never waits on them.
 		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
 		cancels: ch.NotifyCancel(make(chan string, 4)),
 	}
@@ -172,10 +167,10 @@ func (sub *subscription) run(c *consumer) {
 	defer sub.finish()
 	for {
 		why := sub.pump(c)
+		c.release()
 		if sub.ctx.Err() != nil {
 			return
 		}
-		c.h.retire()
 		sub.log.Info("rabbitmq consumer interrupted; resubscribing", slog.String("reason", why))
 		args := sub.opts.Args
 		if sub.opts.ResumeArgs != nil {
@@ -245,7 +240,6 @@ func (sub *subscription) pump(c *consumer) string {
 // cancel stops the broker delivering to c and requeues what it sent before
 // the cancel reached it. The channel stays open for what was handed out.
 func (sub *subscription) cancel(c *consumer) {
-	defer c.h.retire()
 	if err := c.h.ch.Cancel(sub.opts.Tag, false); err != nil {
 		// The channel is gone, and with it everything unsettled on it.
 		return
@@ -257,8 +251,43 @@ func (sub *subscription) cancel(c *consumer) {
 	}
 }
 
+// release is the end of c as the subscription's consumer: its channel closes
+// once every delivery handed out on it is settled, and until then an owned
+// goroutine keeps reading its notifications, which amqp091 closes with the
+// channel.
+func (c *consumer) release() {
+	c.h.retire()
+	closes, cancels := c.closes, c.cancels
+	if closes == nil && cancels == nil {
+		return
+	}
+	c.h.t.goOwned(func() {
+		for closes != nil || cancels != nil {
+			select {
+			case _, ok := <-closes:
+				if !ok {
+					closes = nil
+				}
+			case _, ok := <-cancels:
+				if !ok {
+					cancels = nil
+				}
+			}
+		}
+	})
+}
+
 // why says why c's delivery channel closed.
 func (c *consumer) why() string {
+	// amqp091 queues a channel's close reason before it closes the
+	// deliveries, so a reason not read yet is already buffered.
+	if c.closeErr == nil && c.closes != nil {
+		select {
+		case e := <-c.closes:
+			c.closeErr = e
+		default:
+		}
+	}
 	switch {
 	case !c.h.ch.IsClosed():
 		return "the broker cancelled the consumer"

@@ -42,6 +42,13 @@ func (g *gate) wait(ctx context.Context, abort <-chan struct{}) error {
 	g.mu.Unlock()
 	select {
 	case <-open:
+		// An open gate wins over an expired ctx, so that a timeout is not
+		// reported as the broker blocking the connection.
+		return nil
+	default:
+	}
+	select {
+	case <-open:
 		return nil
 	case <-abort:
 		return nil

@@ -61,7 +61,7 @@ func (t *Transport) reconnect() *session {
 			t.log.Warn("rabbitmq redial failed", slog.Int("attempt", attempt), slog.Any("error", err))
 			continue
 		}
-		if err := t.redeclare(s); err != nil {
+		if err := t.redeclare(s, attempt <= lockedRetries); err != nil {
 			t.log.Warn("rabbitmq redeclaring topology failed; redialling", slog.Int("attempt", attempt), slog.Any("error", err))
 			s.conn.Close()
 			continue
@@ -85,12 +85,17 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d)
 }
 
+// lockedRetries is how many reconnect attempts a locked exclusive queue may
+// fail before it is skipped like any other refused declaration.
+const lockedRetries = 5
+
 // redeclare declares the recorded topology on a new connection before
 // anything else uses it. An item the broker refuses is logged and skipped,
-// since redialling would not change the answer; a locked exclusive queue
-// (405: the broker has not yet removed the old connection's copy) and a lost
-// connection fail the attempt, so that the next one retries.
-func (t *Transport) redeclare(s *session) error {
+// since redialling would not change the answer. A lost connection fails the
+// attempt, and so does a locked exclusive queue while retryLocked holds
+// (405: the broker may not yet have removed the old connection's copy), so
+// that the next attempt retries.
+func (t *Transport) redeclare(s *session, retryLocked bool) error {
 	topo := t.topo.snapshot()
 	if len(topo.Exchanges)+len(topo.Queues)+len(topo.Bindings) == 0 {
 		return nil
@@ -105,7 +110,7 @@ func (t *Transport) redeclare(s *session) error {
 		if err == nil {
 			return nil
 		}
-		if s.isLost() || transport.IsCode(err, transport.ResourceLocked) {
+		if s.isLost() || retryLocked && transport.IsCode(err, transport.ResourceLocked) {
 			return err
 		}
 		t.log.Error("rabbitmq could not redeclare; skipping it", slog.Any("error", err))

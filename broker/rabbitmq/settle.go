@@ -106,10 +106,12 @@ func (s *settler) settle(op string, send func() error) error {
 		return transport.ErrStaleDelivery
 	}
 	if err := send(); err != nil {
-		if s.h.ch.IsClosed() {
-			return transport.ErrStaleDelivery
-		}
-		return fmt.Errorf("rabbitmq: %s delivery %d: %w", op, s.tag, err)
+		// amqp091 returns an error from Ack or Nack only when it cannot
+		// write the frame (the channel or the connection is going away; a
+		// bad tag would come back later as a channel close), so the
+		// delivery is stale whatever IsClosed says yet: the broker
+		// redelivers it.
+		return fmt.Errorf("%w: %s delivery %d: %v", transport.ErrStaleDelivery, op, s.tag, err)
 	}
 	s.settled = true
 	s.h.settled()

@@ -11,10 +11,11 @@ import (
 
 // CloseConnection force-closes, from the broker side, exactly the one
 // connection whose client end is local (for example a transport's
-// LocalAddr), as a network failure or an operator would. It uses rabbitmqctl
-// and fails the test when the tool is missing or the connection is not
-// found; other connections, which other test packages may be using on the
-// same broker, are never touched.
+// LocalAddr), as a network failure or an operator would: the client sees
+// connection.close with 320 CONNECTION_FORCED. It uses rabbitmqctl and fails
+// the test when the tool is missing or the connection is not found; other
+// connections, which other test packages may be using on the same broker,
+// are never touched.
 func CloseConnection(tb testing.TB, local net.Addr) {
 	tb.Helper()
 	if local == nil {
@@ -25,18 +26,19 @@ func CloseConnection(tb testing.TB, local net.Addr) {
 	defer cancel()
 	// A connection that just opened can take a moment to be listed.
 	for {
-		out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "list_connections", "name").CombinedOutput()
+		// Lines are "<pid>\t<name>"; close_connection wants the pid.
+		out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "list_connections", "pid", "name").CombinedOutput()
 		if err != nil {
 			tb.Fatalf("rabbitmqctl list_connections: %v\n%s", err, out)
 		}
 		for _, line := range strings.Split(string(out), "\n") {
-			name := strings.TrimSpace(line)
-			if !strings.HasPrefix(name, prefix) {
+			pid, name, ok := strings.Cut(strings.TrimSpace(line), "\t")
+			if !ok || !strings.HasPrefix(name, prefix) {
 				continue
 			}
-			out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "close_connection", name, "test").CombinedOutput()
+			out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "close_connection", pid, "test").CombinedOutput()
 			if err != nil {
-				tb.Fatalf("rabbitmqctl close_connection %q: %v\n%s", name, err, out)
+				tb.Fatalf("rabbitmqctl close_connection %s (%s): %v\n%s", pid, name, err, out)
 			}
 			return
 		}

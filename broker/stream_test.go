@@ -1,0 +1,66 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// TestStreamConsumerNeverRejects: on a stream a failed or in-progress
+// message cannot be moved back; with no .dlq to set it aside in, it is
+// acknowledged and skipped. A nack would close the whole connection, so the
+// connection still working afterwards is the proof that none was sent.
+func TestStreamConsumerNeverRejects(t *testing.T) {
+	onRabbit(t, func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("stream")
+		require.NoError(t, conn.Declare(ctx, broker.Topology{Queues: []broker.Queue{
+			{Name: q, Durable: true, Args: broker.Table{"x-queue-type": "stream"}},
+		}}))
+		for _, s := range []string{"reject", "in-progress", "accept"} {
+			require.NoError(t, conn.Publish(ctx, s, broker.To(q), broker.Mandatory()))
+		}
+		handler, got := recorder(func(m *broker.Message) broker.Ack {
+			var s string
+			_ = m.Decode(&s)
+			switch s {
+			case "reject":
+				return broker.Reject(errors.New("cannot project"))
+			case "in-progress":
+				return broker.InProgress(time.Second)
+			}
+			return broker.Accept()
+		})
+		_, err := conn.Consume(ctx, q, handler, broker.OnStream(), broker.Prefetch(10),
+			broker.ConsumeArgs(broker.Table{broker.HeaderStreamOffset: "first"}, nil))
+		require.NoError(t, err)
+		var offsets []int64
+		for range 3 {
+			m := next(t, got, 10*time.Second).msg
+			offsets = append(offsets, mustInt(t, m.Headers[broker.HeaderStreamOffset]))
+		}
+		require.Equal(t, []int64{0, 1, 2}, offsets, "x-stream-offset reaches the handler, counting from 0")
+		require.NoError(t, conn.Publish(ctx, "after", broker.To(q), broker.Mandatory()))
+		m := next(t, got, 10*time.Second).msg
+		require.Equal(t, int64(3), mustInt(t, m.Headers[broker.HeaderStreamOffset]), "the connection survived: nothing was nacked")
+		nothing(t, got, 300*time.Millisecond)
+	})
+}
+
+func TestLoopbackRefusesStreams(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	conn, err := broker.Open(ctx, "memory://")
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	err = conn.Declare(ctx, broker.Topology{Queues: []broker.Queue{{Name: "s", Durable: true, Args: broker.Table{"x-queue-type": "stream"}}}})
+	require.ErrorIs(t, err, transport.ErrNotSupported)
+	require.ErrorContains(t, err, "stream")
+}

@@ -22,6 +22,7 @@ const (
 	OutcomeInProgress
 )
 
+// String is the outcome's name, as logs and spans show it.
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeAccept:

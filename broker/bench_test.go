@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,7 +30,7 @@ var benchBody = make([]byte, 256)
 func benchConn(b *testing.B) (*broker.Conn, string, string) {
 	url := testenv.RabbitURL(b)
 	ctx := context.Background()
-	conn, err := broker.Config{Ladder: testenv.Name(b, "ladder")}.Open(ctx, url)
+	conn, err := broker.Config{Ladder: testenv.Name(b, "ladder"), Logger: slog.New(slog.DiscardHandler)}.Open(ctx, url)
 	require.NoError(b, err)
 	q := testenv.Name(b, "bench")
 	require.NoError(b, conn.Declare(ctx, broker.ConsumerTopology(q)))

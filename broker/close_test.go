@@ -9,16 +9,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 )
 
 // TestCloseSettlesInFlightHandlers: Close waits for running handlers, settles
 // what they decided, and hands everything not yet started back to the queue.
 func TestCloseSettlesInFlightHandlers(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn, err := broker.Config{Ladder: h.ladder, Logger: h.admin.Logger()}.Open(ctx, h.url)
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn, err := broker.Config{Ladder: h.Ladder, Logger: h.Admin.Logger()}.Open(ctx, h.URL)
 		require.NoError(t, err)
-		q := h.queue("close")
+		q := h.Queue("close")
 		const total, workers = 12, 4
 		gate := make(chan struct{})
 		started := make(chan string, total)
@@ -63,7 +64,7 @@ func TestCloseSettlesInFlightHandlers(t *testing.T) {
 		for id, n := range handled {
 			require.Equal(t, 1, n, "message %s settled once", id)
 		}
-		require.Eventually(t, func() bool { return h.depth(q) == total-workers }, 5*time.Second, 20*time.Millisecond,
+		require.Eventually(t, func() bool { return h.Depth(q) == total-workers }, 5*time.Second, 20*time.Millisecond,
 			"every message not handled is back on the queue")
 		require.NoError(t, conn.Close(ctx), "Close is idempotent")
 	})
@@ -72,11 +73,11 @@ func TestCloseSettlesInFlightHandlers(t *testing.T) {
 // TestCloseDeadlineNeverAcksUnhandled: a handler that outlives the deadline
 // is not acknowledged; the broker keeps its message.
 func TestCloseDeadlineNeverAcksUnhandled(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn, err := broker.Config{Ladder: h.ladder, Logger: h.admin.Logger()}.Open(ctx, h.url)
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn, err := broker.Config{Ladder: h.Ladder, Logger: h.Admin.Logger()}.Open(ctx, h.URL)
 		require.NoError(t, err)
-		q := h.queue("deadline")
+		q := h.Queue("deadline")
 		started := make(chan struct{}, 1)
 		release := make(chan struct{})
 		finished := make(chan struct{})
@@ -96,26 +97,26 @@ func TestCloseDeadlineNeverAcksUnhandled(t *testing.T) {
 		require.ErrorContains(t, err, "handlers still running")
 		close(release)
 		<-finished
-		require.Eventually(t, func() bool { return h.depth(q) == 1 }, 5*time.Second, 20*time.Millisecond,
+		require.Eventually(t, func() bool { return h.Depth(q) == 1 }, 5*time.Second, 20*time.Millisecond,
 			"the message the handler did not finish in time is still on the queue")
 	})
 }
 
 func TestConsumerCancel(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("cancel")
-		handler, got := recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("cancel")
+		handler, got := brokertest.Recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
 		k, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.NoRetry()))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, 1, broker.To(q)))
-		next(t, got, 5*time.Second)
+		brokertest.Next(t, got, 5*time.Second)
 		require.NoError(t, k.Cancel(ctx))
 		require.NoError(t, k.Cancel(ctx), "Cancel is idempotent")
 		<-k.Done()
 		require.NoError(t, conn.Publish(ctx, 2, broker.To(q)))
-		nothing(t, got, 200*time.Millisecond)
-		require.Eventually(t, func() bool { return h.depth(q) == 1 }, 5*time.Second, 20*time.Millisecond)
+		brokertest.Nothing(t, got, 200*time.Millisecond)
+		require.Eventually(t, func() bool { return h.Depth(q) == 1 }, 5*time.Second, 20*time.Millisecond)
 	})
 }

@@ -11,23 +11,24 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/broker/transport"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 )
 
 func TestPublishConsumeEnvelope(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("envelope")
-		handler, got := recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("envelope")
+		handler, got := brokertest.Recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
 		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.NoRetry()))
 		require.NoError(t, err)
 
 		before := time.Now().Truncate(time.Millisecond)
 		require.NoError(t, conn.Publish(ctx, map[string]any{"order_id": "o-1"},
 			broker.To(q), broker.Type("order.placed.v2"), broker.Header("tenant", "acme")))
-		s := next(t, got, 5*time.Second)
-		m := s.msg
-		require.Equal(t, "o-1", s.payload["order_id"])
+		s := brokertest.Next(t, got, 5*time.Second)
+		m := s.Msg
+		require.Equal(t, "o-1", s.Payload["order_id"])
 		require.NotEmpty(t, m.ID)
 		require.Equal(t, m.ID, m.CorrelationID, "a message with no cause is its own correlation")
 		require.Empty(t, m.CausationID)
@@ -42,11 +43,11 @@ func TestPublishConsumeEnvelope(t *testing.T) {
 }
 
 func TestCorrelationCarriedFromHandledMessage(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		first, second := h.queue("cause"), h.queue("effect")
-		handler, got := recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		first, second := h.Queue("cause"), h.Queue("effect")
+		handler, got := brokertest.Recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
 		_, err := conn.Consume(ctx, second, handler, broker.WithRetry(broker.NoRetry()))
 		require.NoError(t, err)
 		_, err = conn.Consume(ctx, first, broker.Func(func(ctx context.Context, m *broker.Message) error {
@@ -55,7 +56,7 @@ func TestCorrelationCarriedFromHandledMessage(t *testing.T) {
 		require.NoError(t, err)
 
 		require.NoError(t, conn.Publish(ctx, "start", broker.To(first), broker.MessageID("cause-1"), broker.CorrelationID("business-7")))
-		m := next(t, got, 5*time.Second).msg
+		m := brokertest.Next(t, got, 5*time.Second).Msg
 		require.Equal(t, "business-7", m.CorrelationID)
 		require.Equal(t, "cause-1", m.CausationID)
 		require.NotEqual(t, "cause-1", m.ID)
@@ -63,11 +64,11 @@ func TestCorrelationCarriedFromHandledMessage(t *testing.T) {
 }
 
 func TestRetryThenSuccess(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("retry")
-		handler, got := recorder(func(m *broker.Message) broker.Ack {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("retry")
+		handler, got := brokertest.Recorder(func(m *broker.Message) broker.Ack {
 			if m.Attempt < 3 {
 				return broker.Retry(fmt.Errorf("flaky on attempt %d", m.Attempt))
 			}
@@ -77,9 +78,9 @@ func TestRetryThenSuccess(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, map[string]string{"n": "1"}, broker.To(q), broker.Header("tenant", "acme")))
 
-		first := next(t, got, 5*time.Second).msg
-		second := next(t, got, 5*time.Second).msg
-		third := next(t, got, 5*time.Second).msg
+		first := brokertest.Next(t, got, 5*time.Second).Msg
+		second := brokertest.Next(t, got, 5*time.Second).Msg
+		third := brokertest.Next(t, got, 5*time.Second).Msg
 		require.Equal(t, []int{1, 2, 3}, []int{first.Attempt, second.Attempt, third.Attempt})
 		for _, m := range []*broker.Message{second, third} {
 			require.Equal(t, first.ID, m.ID, "a retry keeps the message id")
@@ -88,41 +89,41 @@ func TestRetryThenSuccess(t *testing.T) {
 			require.Equal(t, broker.ContentTypeJSON, m.ContentType, "the content type is restored after the ladder")
 			require.Equal(t, broker.Table{"tenant": "acme"}, m.Headers, "nothing of the ladder reaches the handler")
 		}
-		nothing(t, got, 300*time.Millisecond)
-		require.Equal(t, 0, h.depth(q+broker.DeadLetterSuffix))
+		brokertest.Nothing(t, got, 300*time.Millisecond)
+		require.Equal(t, 0, h.Depth(q+broker.DeadLetterSuffix))
 	})
 }
 
 func TestExhaustedRetriesGoToDLQ(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("exhaust")
-		handler, got := recorder(func(m *broker.Message) broker.Ack {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("exhaust")
+		handler, got := brokertest.Recorder(func(m *broker.Message) broker.Ack {
 			return broker.Retry(errors.New("warehouse unreachable"))
 		})
 		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.Constant(2, 10*time.Millisecond)))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "order", broker.To(q), broker.MessageID("m-exhaust")))
 
-		require.Equal(t, 1, next(t, got, 5*time.Second).msg.Attempt)
-		require.Equal(t, 2, next(t, got, 5*time.Second).msg.Attempt)
-		d := h.get(q+broker.DeadLetterSuffix, 5*time.Second)
+		require.Equal(t, 1, brokertest.Next(t, got, 5*time.Second).Msg.Attempt)
+		require.Equal(t, 2, brokertest.Next(t, got, 5*time.Second).Msg.Attempt)
+		d := h.Get(q+broker.DeadLetterSuffix, 5*time.Second)
 		require.Equal(t, "m-exhaust", d.MessageID)
 		require.Contains(t, d.Headers[broker.HeaderError], "warehouse unreachable")
 		require.Contains(t, d.Headers[broker.HeaderError], "2 of 2 attempts")
 		require.Equal(t, q, d.Headers[broker.HeaderQueue])
 		require.NotContains(t, d.Headers, "x-death")
 		require.NotContains(t, d.Headers, broker.HeaderScheduleDueAt)
-		nothing(t, got, 200*time.Millisecond)
+		brokertest.Nothing(t, got, 200*time.Millisecond)
 	})
 }
 
 func TestFatalGoesStraightToDLQ(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("fatal")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("fatal")
 		calls := make(chan int, 10)
 		_, err := conn.Consume(ctx, q, broker.Func(func(ctx context.Context, m *broker.Message) error {
 			calls <- m.Attempt
@@ -130,7 +131,7 @@ func TestFatalGoesStraightToDLQ(t *testing.T) {
 		}))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "order", broker.To(q)))
-		d := h.get(q+broker.DeadLetterSuffix, 5*time.Second)
+		d := h.Get(q+broker.DeadLetterSuffix, 5*time.Second)
 		require.Contains(t, d.Headers[broker.HeaderError], "deleted customer")
 		require.Equal(t, 1, <-calls)
 		require.Empty(t, calls, "a fatal error is not retried")
@@ -139,11 +140,11 @@ func TestFatalGoesStraightToDLQ(t *testing.T) {
 }
 
 func TestUndecodableGoesToParked(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("parked")
-		handler, got := recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("parked")
+		handler, got := brokertest.Recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
 		_, err := conn.Consume(ctx, q, handler)
 		require.NoError(t, err)
 		pub := func(id, contentType string, body []byte, headers transport.Table) {
@@ -156,23 +157,23 @@ func TestUndecodableGoesToParked(t *testing.T) {
 
 		reasons := map[string]string{}
 		for range 3 {
-			d := h.get(q+broker.ParkedSuffix, 5*time.Second)
+			d := h.Get(q+broker.ParkedSuffix, 5*time.Second)
 			reasons[d.MessageID] = d.Headers[broker.HeaderError].(string)
 			require.Equal(t, q, d.Headers[broker.HeaderQueue])
 		}
 		require.Contains(t, reasons["garbage"], "not valid JSON")
 		require.Contains(t, reasons["unknown"], "unknown content type")
 		require.Contains(t, reasons["bad-attempt"], broker.HeaderAttempt)
-		nothing(t, got, 200*time.Millisecond)
+		brokertest.Nothing(t, got, 200*time.Millisecond)
 	})
 }
 
 func TestPanicIsRetried(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("panic")
-		handler, got := recorder(func(m *broker.Message) broker.Ack {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("panic")
+		handler, got := brokertest.Recorder(func(m *broker.Message) broker.Ack {
 			if m.Attempt == 1 {
 				panic("nil map in handler")
 			}
@@ -181,18 +182,18 @@ func TestPanicIsRetried(t *testing.T) {
 		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.Constant(3, 10*time.Millisecond)))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "x", broker.To(q)))
-		require.Equal(t, 1, next(t, got, 5*time.Second).msg.Attempt)
-		require.Equal(t, 2, next(t, got, 5*time.Second).msg.Attempt)
+		require.Equal(t, 1, brokertest.Next(t, got, 5*time.Second).Msg.Attempt)
+		require.Equal(t, 2, brokertest.Next(t, got, 5*time.Second).Msg.Attempt)
 	})
 }
 
 func TestInProgressPutBackKeepsAttempt(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("inprogress")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("inprogress")
 		calls := 0
-		handler, got := recorder(func(m *broker.Message) broker.Ack {
+		handler, got := brokertest.Recorder(func(m *broker.Message) broker.Ack {
 			calls++
 			if calls < 3 {
 				return broker.InProgress(50 * time.Millisecond)
@@ -204,30 +205,30 @@ func TestInProgressPutBackKeepsAttempt(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "x", broker.To(q)))
 		for range 3 {
-			require.Equal(t, 1, next(t, got, 5*time.Second).msg.Attempt)
+			require.Equal(t, 1, brokertest.Next(t, got, 5*time.Second).Msg.Attempt)
 		}
-		nothing(t, got, 200*time.Millisecond)
-		require.Equal(t, 0, h.depth(q+broker.DeadLetterSuffix), "an in-progress put-back is never dead-lettered")
+		brokertest.Nothing(t, got, 200*time.Millisecond)
+		require.Equal(t, 0, h.Depth(q+broker.DeadLetterSuffix), "an in-progress put-back is never dead-lettered")
 	})
 }
 
 func TestMandatoryUnroutableIsAnError(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		err := conn.Publish(ctx, "x", broker.To(h.queue("nobody-home")), broker.Mandatory())
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		err := conn.Publish(ctx, "x", broker.To(h.Queue("nobody-home")), broker.Mandatory())
 		require.ErrorIs(t, err, broker.ErrUnroutable)
 		var re *transport.ReturnedError
 		require.ErrorAs(t, err, &re)
 		require.Equal(t, 312, re.ReplyCode)
 		// Without mandatory the broker confirms and drops it: the default.
-		require.NoError(t, conn.Publish(ctx, "x", broker.To(h.queue("nobody-home"))))
+		require.NoError(t, conn.Publish(ctx, "x", broker.To(h.Queue("nobody-home"))))
 	})
 }
 
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := brokertest.Ctx(t)
 	conn, err := broker.Open(ctx, "memory://")
 	require.NoError(t, err)
 	defer conn.Close(ctx)

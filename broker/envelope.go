@@ -48,6 +48,7 @@ type MalformedHeaderError struct {
 	Value  any
 }
 
+// Error names the header and what it held.
 func (e *MalformedHeaderError) Error() string {
 	return fmt.Sprintf("malformed header %s: %v (%T)", e.Header, e.Value, e.Value)
 }

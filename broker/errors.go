@@ -29,7 +29,10 @@ var (
 // given up to its dead-letter queue at once. Build one with Fatal.
 type FatalError struct{ Err error }
 
+// Error is the wrapped error's text, marked fatal.
 func (e *FatalError) Error() string { return "fatal: " + e.Err.Error() }
+
+// Unwrap returns the wrapped error.
 func (e *FatalError) Unwrap() error { return e.Err }
 
 // Fatal wraps err so that a handler returning it gives the message up
@@ -48,9 +51,12 @@ type DecodeError struct {
 	Err         error
 }
 
+// Error names the content type and why it could not be decoded.
 func (e *DecodeError) Error() string {
 	return fmt.Sprintf("cannot decode %q body: %v", e.ContentType, e.Err)
 }
+
+// Unwrap returns the codec's own error.
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 func invalid(format string, args ...any) error {

@@ -42,6 +42,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error says the handler panicked, and with what.
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 
 // safely runs h, turning a panic into a retry: a panic is a bug in a

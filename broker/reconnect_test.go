@@ -12,6 +12,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/broker/rabbitmq"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
@@ -22,12 +23,12 @@ import (
 // them, so each close (rabbitmqctl takes seconds) lands with deliveries
 // unsettled and publishes awaiting their confirms.
 func TestReconnectLosesNothing(t *testing.T) {
-	onRabbit(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
 		const total = 5000
 		fast := broker.Config{RabbitMQ: rabbitmq.Config{ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond}}
-		pub, con := h.open(fast), h.open(fast)
-		q := h.queue("reconnect")
+		pub, con := h.Open(fast), h.Open(fast)
+		q := h.Queue("reconnect")
 
 		var mu sync.Mutex
 		handled := map[string]int{}
@@ -115,7 +116,7 @@ func TestReconnectLosesNothing(t *testing.T) {
 		require.Len(t, handled, total, "every message handled")
 		require.Positive(t, duplicates+int(republished.Load()), "the closes landed while work was in flight")
 		t.Logf("handled %d messages, %d duplicates, %d publishes repeated after a lost confirm", total, duplicates, republished.Load())
-		require.Eventually(t, func() bool { return h.depth(q) == 0 }, 10*time.Second, 50*time.Millisecond)
-		require.Equal(t, 0, h.depth(q+broker.DeadLetterSuffix))
+		require.Eventually(t, func() bool { return h.Depth(q) == 0 }, 10*time.Second, 50*time.Millisecond)
+		require.Equal(t, 0, h.Depth(q+broker.DeadLetterSuffix))
 	})
 }

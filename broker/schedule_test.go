@@ -7,17 +7,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 )
 
 // TestLadderNoHeadOfLineBlocking is the seed's failure: a long delay
 // published before a short one must not hold the short one back.
 func TestLadderNoHeadOfLineBlocking(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("scheduled")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("scheduled")
 		require.NoError(t, conn.RunLadder(ctx))
-		handler, got := recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
+		handler, got := brokertest.Recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
 		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.NoRetry()))
 		require.NoError(t, err)
 
@@ -29,17 +30,17 @@ func TestLadderNoHeadOfLineBlocking(t *testing.T) {
 		require.NoError(t, conn.Schedule(ctx, start.Add(4*time.Second), long))
 		require.NoError(t, conn.Schedule(ctx, start.Add(1*time.Second), short))
 
-		first := next(t, got, 10*time.Second)
+		first := brokertest.Next(t, got, 10*time.Second)
 		firstAt := time.Since(start)
-		second := next(t, got, 10*time.Second)
+		second := brokertest.Next(t, got, 10*time.Second)
 		secondAt := time.Since(start)
-		require.Equal(t, "1s", first.payload["which"], "the short delay is not stuck behind the long one")
-		require.Equal(t, "4s", second.payload["which"])
+		require.Equal(t, "1s", first.Payload["which"], "the short delay is not stuck behind the long one")
+		require.Equal(t, "4s", second.Payload["which"])
 		require.GreaterOrEqual(t, firstAt, time.Second, "never early")
 		require.GreaterOrEqual(t, secondAt, 4*time.Second, "never early")
 		t.Logf("lateness: 1s message %s, 4s message %s", firstAt-time.Second, secondAt-4*time.Second)
 
-		m := second.msg
+		m := second.Msg
 		require.Equal(t, broker.Table{"tenant": "acme"}, m.Headers, "no x-schedule-* or x-death reaches the handler")
 		require.Equal(t, broker.ContentTypeJSON, m.ContentType)
 		stats := conn.LadderStats()
@@ -50,19 +51,19 @@ func TestLadderNoHeadOfLineBlocking(t *testing.T) {
 }
 
 func TestScheduleAlreadyDueIsDeliveredAtOnce(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("due")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("due")
 		require.NoError(t, conn.RunLadder(ctx))
-		handler, got := recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
+		handler, got := brokertest.Recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
 		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.NoRetry()))
 		require.NoError(t, err)
 		out, err := conn.Prepare(ctx, []byte{0xde, 0xad}, broker.To(q))
 		require.NoError(t, err)
 		start := time.Now()
 		require.NoError(t, conn.Schedule(ctx, start.Add(-time.Minute), out))
-		m := next(t, got, 5*time.Second).msg
+		m := brokertest.Next(t, got, 5*time.Second).Msg
 		require.Less(t, time.Since(start), time.Second)
 		require.Equal(t, []byte{0xde, 0xad}, m.Body, "the bytes are carried, not re-encoded")
 		require.Equal(t, broker.ContentTypeBytes, m.ContentType)
@@ -72,32 +73,32 @@ func TestScheduleAlreadyDueIsDeliveredAtOnce(t *testing.T) {
 // TestScheduledToUnboundTargetWaits: a due message whose destination has no
 // binding yet goes round the one-second rung until something is bound.
 func TestScheduledToUnboundTargetWaits(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("later-bound")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("later-bound")
 		require.NoError(t, conn.RunLadder(ctx))
 		out, err := conn.Prepare(ctx, "hello", broker.To(q))
 		require.NoError(t, err)
 		require.NoError(t, conn.Schedule(ctx, time.Now(), out))
 		require.Eventually(t, func() bool { return conn.LadderStats().Hops >= 1 }, 5*time.Second, 20*time.Millisecond,
 			"the undeliverable message hops into the 1s rung")
-		handler, got := recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
+		handler, got := brokertest.Recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
 		_, err = conn.Consume(ctx, q, handler, broker.WithRetry(broker.NoRetry()))
 		require.NoError(t, err)
 		var s string
-		require.NoError(t, next(t, got, 5*time.Second).msg.Decode(&s))
+		require.NoError(t, brokertest.Next(t, got, 5*time.Second).Msg.Decode(&s))
 		require.Equal(t, "hello", s)
 	})
 }
 
 func TestMalformedControlMessageIsDropped(t *testing.T) {
-	eachTransport(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
 		require.NoError(t, conn.RunLadder(ctx))
 		require.NoError(t, conn.Publish(ctx, "stray", broker.ToExchange(conn.Ladder()), broker.To(conn.Ladder()+broker.DueSuffix), broker.Mandatory()))
 		require.Eventually(t, func() bool { return conn.LadderStats().Malformed == 1 }, 5*time.Second, 10*time.Millisecond)
-		require.Eventually(t, func() bool { return h.depth(conn.Ladder()+broker.DueSuffix) == 0 }, 5*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return h.Depth(conn.Ladder()+broker.DueSuffix) == 0 }, 5*time.Second, 20*time.Millisecond)
 	})
 }

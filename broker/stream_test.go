@@ -10,6 +10,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/broker/transport"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 )
 
 // TestStreamConsumerNeverRejects: on a stream a failed or in-progress
@@ -17,17 +18,17 @@ import (
 // acknowledged and skipped. A nack would close the whole connection, so the
 // connection still working afterwards is the proof that none was sent.
 func TestStreamConsumerNeverRejects(t *testing.T) {
-	onRabbit(t, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("stream")
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("stream")
 		require.NoError(t, conn.Declare(ctx, broker.Topology{Queues: []broker.Queue{
 			{Name: q, Durable: true, Args: broker.Table{"x-queue-type": "stream"}},
 		}}))
 		for _, s := range []string{"reject", "in-progress", "accept"} {
 			require.NoError(t, conn.Publish(ctx, s, broker.To(q), broker.Mandatory()))
 		}
-		handler, got := recorder(func(m *broker.Message) broker.Ack {
+		handler, got := brokertest.Recorder(func(m *broker.Message) broker.Ack {
 			var s string
 			_ = m.Decode(&s)
 			switch s {
@@ -43,20 +44,20 @@ func TestStreamConsumerNeverRejects(t *testing.T) {
 		require.NoError(t, err)
 		var offsets []int64
 		for range 3 {
-			m := next(t, got, 10*time.Second).msg
+			m := brokertest.Next(t, got, 10*time.Second).Msg
 			offsets = append(offsets, mustInt(t, m.Headers[broker.HeaderStreamOffset]))
 		}
 		require.Equal(t, []int64{0, 1, 2}, offsets, "x-stream-offset reaches the handler, counting from 0")
 		require.NoError(t, conn.Publish(ctx, "after", broker.To(q), broker.Mandatory()))
-		m := next(t, got, 10*time.Second).msg
+		m := brokertest.Next(t, got, 10*time.Second).Msg
 		require.Equal(t, int64(3), mustInt(t, m.Headers[broker.HeaderStreamOffset]), "the connection survived: nothing was nacked")
-		nothing(t, got, 300*time.Millisecond)
+		brokertest.Nothing(t, got, 300*time.Millisecond)
 	})
 }
 
 func TestLoopbackRefusesStreams(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := brokertest.Ctx(t)
 	conn, err := broker.Open(ctx, "memory://")
 	require.NoError(t, err)
 	defer conn.Close(context.Background())

@@ -15,12 +15,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
 func TestTelemetry(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
+	ctx := brokertest.Ctx(t)
 	reader := sdkmetric.NewManualReader()
 	spans := tracetest.NewSpanRecorder()
 	conn, err := broker.Config{

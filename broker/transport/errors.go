@@ -46,6 +46,7 @@ type AMQPError struct {
 	Reason string
 }
 
+// Error is the reply code and text the broker sent.
 func (e *AMQPError) Error() string { return fmt.Sprintf("amqp %d: %s", e.Code, e.Reason) }
 
 // IsCode reports whether err is an *AMQPError with the given code.
@@ -62,6 +63,7 @@ type ReturnedError struct {
 	ReplyText  string
 }
 
+// Error says where the message was going and why it came back.
 func (e *ReturnedError) Error() string {
 	ex := e.Exchange
 	if ex == "" {

@@ -205,7 +205,7 @@ func (l *ladder) process(k *Consumer, d *transport.Delivery) {
 		if err := d.Ack(); err != nil {
 			log.Debug("ladder ack failed; the message will be redelivered", slog.Any("error", err))
 		}
-	case refused(err):
+	case Refused(err):
 		// A rung refused it (deleted, or full): declare the ladder again
 		// and hand the message back to the control queue.
 		log.Warn("ladder rung refused a message; redeclaring and requeueing", slog.Any("error", err))

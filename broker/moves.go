@@ -31,11 +31,14 @@ func movable(d *transport.Delivery) transport.Message {
 	return m
 }
 
-// refused reports a publish the broker answered and said no to (returned
-// or nacked), as opposed to one whose fate is unknown (connection lost,
-// deadline): the first can be handled now, the second only by redelivery.
-func refused(err error) bool {
-	if errors.Is(err, transport.ErrUnroutable) || errors.Is(err, transport.ErrNacked) {
+// Refused reports a publish the broker answered and said no to (returned,
+// nacked, refused by a channel exception) or that could never be sent (an
+// invalid header or expiration), as opposed to one whose fate is unknown
+// (connection lost, deadline): the first can be dealt with now, the second
+// only by trying again or by redelivery.
+func Refused(err error) bool {
+	if errors.Is(err, transport.ErrUnroutable) || errors.Is(err, transport.ErrNacked) ||
+		errors.Is(err, transport.ErrInvalidHeader) || errors.Is(err, transport.ErrInvalidExpiration) {
 		return true
 	}
 	var ae *transport.AMQPError
@@ -64,7 +67,7 @@ func (k *Consumer) setAside(d *transport.Delivery, suffix, reason, outcome strin
 		}
 		log.Info("message set aside", slog.String("to", k.queue+suffix))
 		return outcome
-	case refused(err) && k.cfg.stream:
+	case Refused(err) && k.cfg.stream:
 		// Never nack a stream: the position moves on, and this log line and
 		// the "skipped" outcome are the only record of the gap.
 		log.Error("stream message could not be set aside; skipping it", slog.Any("offset", d.Headers[HeaderStreamOffset]), slog.Any("error", err))
@@ -72,7 +75,7 @@ func (k *Consumer) setAside(d *transport.Delivery, suffix, reason, outcome strin
 			return OutcomeLabelUnsettled
 		}
 		return OutcomeLabelSkipped
-	case refused(err):
+	case Refused(err):
 		log.Warn("set-aside refused; rejecting to the queue's dead-letter exchange", slog.Any("error", err))
 		if err := d.Nack(false); err != nil {
 			log.Warn("reject failed: the message will be redelivered", slog.Any("error", err))
@@ -111,7 +114,7 @@ func (k *Consumer) retry(d *transport.Delivery, m *Message, cause error) string 
 		}
 		log.Debug("retry scheduled", slog.Duration("delay", delay), slog.Any("cause", cause))
 		return OutcomeLabelRetried
-	case refused(err):
+	case Refused(err):
 		return k.giveUp(d, fmt.Sprintf("%v (the retry could not be scheduled: %v)", cause, err))
 	default:
 		log.Warn("retry did not complete: the message will be redelivered", slog.Any("error", err))
@@ -138,7 +141,7 @@ func (k *Consumer) putBack(d *transport.Delivery, delay time.Duration) string {
 			log.Warn("put back, but the ack failed: the message will be redelivered as well", slog.Any("error", err))
 		}
 		return OutcomeLabelInProgress
-	case refused(err):
+	case Refused(err):
 		log.Warn("put-back refused; requeueing to the broker", slog.Any("error", err))
 		if err := d.Nack(true); err != nil {
 			return OutcomeLabelUnsettled

@@ -1,0 +1,218 @@
+package patterns_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// claimCheckStores runs f with each built-in store.
+func claimCheckStores(t *testing.T, f func(t *testing.T, s patterns.ClaimCheckStore)) {
+	t.Run("memory", func(t *testing.T) { t.Parallel(); f(t, patterns.NewInMemoryClaimCheckStore()) })
+	t.Run("filesystem", func(t *testing.T) {
+		t.Parallel()
+		s, err := patterns.NewFilesystemClaimCheckStore(t.TempDir())
+		require.NoError(t, err)
+		f(t, s)
+	})
+}
+
+func TestClaimCheckFraming(t *testing.T) {
+	t.Parallel()
+	claimCheckStores(t, func(t *testing.T, store patterns.ClaimCheckStore) {
+		codec, err := patterns.NewClaimCheckCodec(broker.Raw, store, patterns.ClaimCheckThreshold(8))
+		require.NoError(t, err)
+		require.Equal(t, broker.ContentTypeBytes, codec.ContentType(), "the delegate's content type, unchanged")
+
+		inline, err := codec.Encode([]byte("1234567"))
+		require.NoError(t, err)
+		require.Equal(t, []byte{0xAC, 0x01, 0x00, '1', '2', '3', '4', '5', '6', '7'}, inline, "below the threshold: inline")
+		_, claimed := patterns.ClaimCheckKeyOf(inline)
+		require.False(t, claimed)
+
+		body, err := codec.Encode([]byte("12345678"))
+		require.NoError(t, err)
+		require.Equal(t, []byte{0xAC, 0x01, 0x01}, body[:3], "at the threshold: a claim check")
+		key, ok := patterns.ClaimCheckKeyOf(body)
+		require.True(t, ok)
+		require.Equal(t, key, string(body[3:]), "the key follows as bare UTF-8")
+		stored, ok, err := store.Get(context.Background(), key)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, []byte("12345678"), stored, "the store holds the delegate's bytes")
+
+		var got []byte
+		require.NoError(t, codec.Check(body))
+		require.NoError(t, codec.Decode(body, &got))
+		require.Equal(t, []byte("12345678"), got)
+		require.NoError(t, codec.Decode(inline, &got))
+		require.Equal(t, []byte("1234567"), got)
+		require.NoError(t, codec.Decode([]byte("unframed"), &got), "a body without the frame is read as the delegate would")
+		require.Equal(t, []byte("unframed"), got)
+	})
+}
+
+func TestClaimCheckDefaultThreshold(t *testing.T) {
+	t.Parallel()
+	store := patterns.NewInMemoryClaimCheckStore()
+	codec, err := patterns.NewClaimCheckCodec(broker.Raw, store)
+	require.NoError(t, err)
+	below, err := codec.Encode(make([]byte, patterns.DefaultClaimCheckThreshold-1))
+	require.NoError(t, err)
+	require.Equal(t, byte(0x00), below[2])
+	at, err := codec.Encode(make([]byte, 65536))
+	require.NoError(t, err)
+	require.Equal(t, byte(0x01), at[2], "65536 bytes is offloaded")
+	require.Equal(t, 1, store.Len())
+
+	everything, err := patterns.NewClaimCheckCodec(broker.JSON, store, patterns.ClaimCheckThreshold(0))
+	require.NoError(t, err)
+	small, err := everything.Encode(map[string]int{"n": 1})
+	require.NoError(t, err)
+	require.Equal(t, byte(0x01), small[2], "threshold 0 offloads everything")
+	require.Equal(t, broker.ContentTypeJSON, everything.ContentType())
+}
+
+func TestClaimCheckMissingKeyIsDecodeError(t *testing.T) {
+	t.Parallel()
+	claimCheckStores(t, func(t *testing.T, store patterns.ClaimCheckStore) {
+		codec, err := patterns.NewClaimCheckCodec(broker.JSON, store, patterns.ClaimCheckThreshold(0))
+		require.NoError(t, err)
+		body, err := codec.Encode(map[string]string{"doc": "x"})
+		require.NoError(t, err)
+		key, _ := patterns.ClaimCheckKeyOf(body)
+		require.NoError(t, store.Delete(context.Background(), key))
+		require.NoError(t, store.Delete(context.Background(), key), "deleting what is gone is not an error")
+
+		var v map[string]string
+		err = codec.Decode(body, &v)
+		var de *broker.DecodeError
+		require.ErrorAs(t, err, &de)
+		require.Contains(t, err.Error(), "retention expired")
+		require.Contains(t, err.Error(), key)
+	})
+}
+
+func TestClaimCheckPathTraversalRefused(t *testing.T) {
+	t.Parallel()
+	claimCheckStores(t, func(t *testing.T, store patterns.ClaimCheckStore) {
+		codec, err := patterns.NewClaimCheckCodec(broker.Raw, store)
+		require.NoError(t, err)
+		for _, key := range []string{"../../etc/passwd", "/etc/passwd", "..", "a/../../b", strings.Repeat("a", 36), ""} {
+			_, _, err := store.Get(context.Background(), key)
+			var fe *broker.FatalError
+			require.ErrorAs(t, err, &fe, "key %q", key)
+			require.ErrorIs(t, err, patterns.ErrInvalidClaimCheckKey)
+			require.ErrorAs(t, store.Delete(context.Background(), key), &fe, "key %q", key)
+			if key == "" {
+				continue
+			}
+			var got []byte
+			err = codec.Decode(append([]byte{0xAC, 0x01, 0x01}, key...), &got)
+			require.ErrorAs(t, err, &fe, "a key from a message is checked before it becomes a path: %q", key)
+			require.Nil(t, got)
+		}
+	})
+}
+
+func TestFilesystemClaimCheckStoreLeavesNoTemporaryFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store, err := patterns.NewFilesystemClaimCheckStore(dir)
+	require.NoError(t, err)
+	key, err := store.Put(context.Background(), []byte("payload"))
+	require.NoError(t, err)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, key, entries[0].Name(), "written under a temporary name and renamed into place")
+	b, err := os.ReadFile(filepath.Join(dir, key))
+	require.NoError(t, err)
+	require.Equal(t, "payload", string(b))
+}
+
+func TestClaimCheckRefusals(t *testing.T) {
+	t.Parallel()
+	_, err := patterns.NewClaimCheckCodec(nil, patterns.NewInMemoryClaimCheckStore())
+	require.ErrorIs(t, err, broker.ErrInvalidOption)
+	_, err = patterns.NewClaimCheckCodec(broker.JSON, nil)
+	require.ErrorIs(t, err, broker.ErrInvalidOption)
+	_, err = patterns.NewClaimCheckCodec(broker.JSON, patterns.NewInMemoryClaimCheckStore(), patterns.ClaimCheckThreshold(-1))
+	require.ErrorIs(t, err, broker.ErrInvalidOption)
+	_, err = patterns.NewFilesystemClaimCheckStore("")
+	require.ErrorIs(t, err, broker.ErrInvalidOption)
+
+	codec, err := patterns.NewClaimCheckCodec(broker.JSON, failingClaimCheckStore{})
+	require.NoError(t, err)
+	_, err = codec.Encode(strings.Repeat("x", patterns.DefaultClaimCheckThreshold))
+	require.ErrorIs(t, err, errClaimCheckStoreDown, "a store failure is an error, and nothing is published")
+	require.Error(t, codec.Check([]byte{0xAC, 0x01, 0x07, 'k'}), "an unknown marker")
+	require.Error(t, codec.Check([]byte{0xAC, 0x01, 0x00, '{'}), "inline bytes pass the delegate's own check")
+}
+
+var errClaimCheckStoreDown = errors.New("store down")
+
+type failingClaimCheckStore struct{}
+
+func (failingClaimCheckStore) Put(context.Context, []byte) (string, error) {
+	return "", errClaimCheckStoreDown
+}
+func (failingClaimCheckStore) Get(context.Context, string) ([]byte, bool, error) {
+	return nil, false, errClaimCheckStoreDown
+}
+func (failingClaimCheckStore) Delete(context.Context, string) error { return errClaimCheckStoreDown }
+
+// TestClaimCheckThroughRabbitMQ: a 1 MiB document leaves fewer than 100
+// bytes on the broker, and a consumer reads the document back whole.
+func TestClaimCheckThroughRabbitMQ(t *testing.T) {
+	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		store, err := patterns.NewFilesystemClaimCheckStore(t.TempDir())
+		require.NoError(t, err)
+		codec, err := patterns.NewClaimCheckCodec(broker.JSON, store)
+		require.NoError(t, err)
+		conn := h.open(broker.Config{Codec: codec})
+		q := h.queue("claimcheck")
+		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
+
+		doc := map[string]string{"scan": strings.Repeat("0123456789abcdef", 1<<16)} // 1 MiB of payload
+		require.NoError(t, conn.Publish(ctx, doc, broker.To(q), broker.Mandatory()))
+
+		var raw []byte
+		require.Eventually(t, func() bool {
+			d, err := h.admin.Transport().Get(ctx, q)
+			require.NoError(t, err)
+			if d == nil {
+				return false
+			}
+			raw = d.Body
+			require.Equal(t, broker.ContentTypeJSON, d.ContentType)
+			require.NoError(t, d.Nack(true))
+			return true
+		}, 10*time.Second, 20*time.Millisecond)
+		require.Less(t, len(raw), 100, "what is on the broker is the frame and the key")
+		require.True(t, bytes.HasPrefix(raw, []byte{0xAC, 0x01, 0x01}))
+
+		got := make(chan map[string]string, 1)
+		_, err = conn.Consume(ctx, q, broker.Func(func(_ context.Context, m *broker.Message) error {
+			v, err := broker.Decode[map[string]string](m)
+			if err != nil {
+				return err
+			}
+			got <- v
+			return nil
+		}), broker.WithRetry(broker.NoRetry()))
+		require.NoError(t, err)
+		require.Equal(t, doc, opsRecv(t, got, 10*time.Second))
+	})
+}

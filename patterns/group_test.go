@@ -1,0 +1,124 @@
+package patterns_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// TestConsumerGroupMembersWorkAtOnce: four members with prefetch 1 each
+// hold a message at the same time, which one consumer with prefetch 1
+// could not.
+func TestConsumerGroupMembersWorkAtOnce(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("group")
+		const size = 4
+		var mu sync.Mutex
+		inFlight, handled := 0, 0
+		allIn := make(chan struct{})
+		release := make(chan struct{})
+		done := make(chan struct{})
+		g, err := patterns.NewConsumerGroup(ctx, conn, q, size, func(context.Context, *broker.Message) broker.Ack {
+			mu.Lock()
+			inFlight++
+			if inFlight == size {
+				close(allIn)
+			}
+			mu.Unlock()
+			<-release
+			mu.Lock()
+			handled++
+			if handled == 2*size {
+				close(done)
+			}
+			mu.Unlock()
+			return broker.Accept()
+		}, broker.Prefetch(1))
+		require.NoError(t, err)
+		require.Equal(t, size, g.Size())
+		require.Equal(t, q, g.Queue())
+		require.Equal(t, size, h.consumers(q))
+		for i := range 2 * size {
+			require.NoError(t, conn.Publish(ctx, i, broker.To(q)))
+		}
+		opsRecv(t, allIn, 10*time.Second)
+		close(release)
+		opsRecv(t, done, 10*time.Second)
+		require.NoError(t, g.Close(ctx))
+		require.NoError(t, g.Close(ctx), "idempotent")
+		require.Zero(t, h.consumers(q))
+		require.Zero(t, h.depth(q), "every message handled and acknowledged")
+	})
+}
+
+// TestConsumerGroupStopsTheStartedOnFailure: with Exclusive, the second
+// member cannot start; the first is stopped before the error is returned.
+// The queue is classic: RabbitMQ 3.10 does not refuse a second exclusive
+// consumer on a quorum queue.
+func TestConsumerGroupStopsTheStartedOnFailure(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("group-fail")
+		require.NoError(t, conn.Declare(ctx, broker.Topology{Queues: []broker.Queue{{Name: q, Durable: true, Args: broker.Table{"x-queue-type": "classic"}}}}))
+		_, err := patterns.NewConsumerGroup(ctx, conn, q, 3, streamAccept, broker.Existing(), broker.Exclusive())
+		require.Error(t, err)
+		require.ErrorContains(t, err, "member 2 of 3 did not start")
+		require.Zero(t, h.consumers(q), "the member that started was stopped")
+	})
+}
+
+// TestConsumerGroupCloseStopsEveryMember: one member's handler outlives the
+// deadline; Close still stops all of them within that one deadline and
+// returns the refusal afterwards.
+func TestConsumerGroupCloseStopsEveryMember(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("group-close")
+		stuck := make(chan struct{})
+		release := make(chan struct{})
+		g, err := patterns.NewConsumerGroup(ctx, conn, q, 3, func(ctx context.Context, _ *broker.Message) broker.Ack {
+			close(stuck)
+			<-release
+			return broker.Accept()
+		}, broker.Prefetch(1))
+		require.NoError(t, err)
+		require.NoError(t, conn.Publish(ctx, "slow", broker.To(q)))
+		opsRecv(t, stuck, 10*time.Second)
+
+		closeCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err = g.Close(closeCtx)
+		elapsed := time.Since(start)
+		require.Error(t, err, "the member with a handler still running refuses")
+		require.ErrorContains(t, err, "handlers still running at the deadline")
+		require.Less(t, elapsed, 2*time.Second, "one deadline for the whole group")
+
+		require.NoError(t, conn.Publish(ctx, "after", broker.To(q)))
+		close(release)
+		require.NoError(t, g.Wait(ctx))
+		require.Equal(t, 1, h.depth(q), "no member took a delivery after Close")
+	})
+}
+
+func TestConsumerGroupRefusals(t *testing.T) {
+	t.Parallel()
+	ctx := opsCtx(t)
+	conn, err := broker.Open(ctx, "memory://")
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = patterns.NewConsumerGroup(ctx, conn, "q", 0, streamAccept)
+	require.ErrorIs(t, err, broker.ErrInvalidOption)
+	_, err = patterns.NewConsumerGroup(ctx, conn, "q", 2, nil)
+	require.ErrorIs(t, err, broker.ErrInvalidOption)
+}

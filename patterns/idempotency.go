@@ -1,0 +1,269 @@
+package patterns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker"
+)
+
+// IdempotencyOutcomeDuplicate is the outcome label a duplicate accepted by
+// Idempotent is reported under on acemq.consume.total and the span. A
+// message found in progress is reported as broker.OutcomeLabelInProgress.
+const IdempotencyOutcomeDuplicate = "duplicate"
+
+// idemStoreTimeout bounds Forget and Confirm, which run after the handler
+// and must not hang on a store that stopped answering, nor be cut short
+// because the handler's context ended.
+const idemStoreTimeout = 10 * time.Second
+
+// ErrNoIdempotencyKey is the reason a message is given up when the key
+// function (by default: the message id) yields an empty key: without a key
+// there is nothing to deduplicate by, and running it unguarded would drop
+// the guarantee silently.
+var ErrNoIdempotencyKey = errors.New("idempotency: the message has no key")
+
+// IdempotencyStore is the least a store must do for Idempotent: FirstTime
+// both asks and claims, atomically (two callers with the same key must not
+// both be told true), and Forget gives a claim up so that a retry of work
+// that failed can run.
+//
+// A store with only these two methods cannot tell work in progress from
+// work done: a redelivery of a message being handled elsewhere is accepted
+// as a duplicate. Implement Claimer (and Confirmer) to get the three-way
+// answer.
+type IdempotencyStore interface {
+	FirstTime(ctx context.Context, key string) (bool, error)
+	Forget(ctx context.Context, key string) error
+}
+
+// Claimer is an IdempotencyStore that can say why a key is not first:
+// ClaimDuplicate (the work was done) or ClaimInProgress (somebody holds a
+// live claim on it). Idempotent uses Claim instead of FirstTime when the
+// store has it.
+type Claimer interface {
+	Claim(ctx context.Context, key string) (Claim, error)
+}
+
+// Confirmer is an IdempotencyStore that records that the work under a key
+// was done, so that the key is held for the store's retention rather than
+// for a claim's lease. Idempotent calls Confirm after the handler accepted.
+type Confirmer interface {
+	Confirm(ctx context.Context, key string) error
+}
+
+// Claim is a store's answer to "may I do the work under this key?".
+type Claim int
+
+// The three answers of Claimer.Claim.
+const (
+	// ClaimClaimed: the caller now holds the key and must do the work.
+	ClaimClaimed Claim = iota + 1
+	// ClaimDuplicate: the work was done (confirmed, or remembered by a
+	// store without confirmations).
+	ClaimDuplicate
+	// ClaimInProgress: somebody holds a live, unconfirmed claim.
+	ClaimInProgress
+)
+
+// String names the claim as the seeds spell it.
+func (c Claim) String() string {
+	switch c {
+	case ClaimClaimed:
+		return "CLAIMED"
+	case ClaimDuplicate:
+		return "DUPLICATE"
+	case ClaimInProgress:
+		return "IN_PROGRESS"
+	default:
+		return fmt.Sprintf("Claim(%d)", int(c))
+	}
+}
+
+// IdempotencyOption is a knob of Idempotent. An option given an unusable
+// value makes Idempotent return an error matching broker.ErrInvalidOption.
+type IdempotencyOption func(*idemConfig) error
+
+type idemConfig struct {
+	key             func(*broker.Message) string
+	inProgressDelay time.Duration
+	logger          *slog.Logger
+}
+
+// IdempotencyKey takes the key from the message with f instead of from its
+// id: for when two different messages carry the same order and doing the
+// order twice is what must not happen. A nil f is refused.
+func IdempotencyKey(f func(*broker.Message) string) IdempotencyOption {
+	return func(c *idemConfig) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil idempotency key function", broker.ErrInvalidOption)
+		}
+		c.key = f
+		return nil
+	}
+}
+
+// InProgressDelay sets how long a message found in progress waits before
+// it is looked at again (default broker.DefaultInProgressDelay, 5 s). A
+// delay that is not positive is refused.
+func InProgressDelay(d time.Duration) IdempotencyOption {
+	return func(c *idemConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: in-progress delay %s, want a positive duration", broker.ErrInvalidOption, d)
+		}
+		c.inProgressDelay = d
+		return nil
+	}
+}
+
+// IdempotencyLogger sets where Idempotent reports a Forget or Confirm the
+// store failed (default slog.Default()). A nil logger is refused.
+func IdempotencyLogger(l *slog.Logger) IdempotencyOption {
+	return func(c *idemConfig) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", broker.ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// Idempotent returns middleware that runs a handler at most once per key
+// (the message id unless IdempotencyKey says otherwise), as far as store
+// can tell:
+//
+//   - first time (CLAIMED): the handler runs. If it accepts, the key is
+//     confirmed on a Confirmer; if it does anything else (retry, reject,
+//     put back, or panic) the key is forgotten so that its retry can run.
+//   - DUPLICATE: accepted without running, reported as outcome="duplicate".
+//     The work was done; dead-lettering it would raise an alarm about
+//     something that went right.
+//   - IN_PROGRESS (stores that implement Claimer): neither run nor
+//     accepted but put back with broker.InProgress after the in-progress
+//     delay, attempt unchanged, reported as outcome="in_progress". Once the
+//     claim is confirmed the next look is a duplicate; once its lease runs
+//     out the message is taken over and run.
+//
+// A store that fails to claim is a retry, never an accept: an error must
+// not pass as a duplicate. A failed Confirm is logged and the message still
+// accepted (the work was done; the claim's lease expiring is then the worst
+// case, a second run of a redelivery). A failed Forget is logged: on a
+// Claimer the key frees itself when its lease expires, but a store with only
+// FirstTime cannot tell the retry from a duplicate and will accept it
+// unrun, which is why the three-way claim exists.
+//
+// A message whose key is empty is given up with ErrNoIdempotencyKey. This
+// is a guard against duplicates, not exactly-once: only a store written in
+// the same transaction as the work closes the gap between the work and the
+// acknowledgement. Idempotent refuses a nil store and invalid options.
+func Idempotent(store IdempotencyStore, opts ...IdempotencyOption) (broker.Middleware, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil idempotency store", broker.ErrInvalidOption)
+	}
+	cfg := idemConfig{
+		key:             func(m *broker.Message) string { return m.ID },
+		inProgressDelay: broker.DefaultInProgressDelay,
+		logger:          slog.Default(),
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil idempotency option", broker.ErrInvalidOption)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	g := &idemGuard{store: store, cfg: cfg}
+	g.claimer, _ = store.(Claimer)
+	g.confirmer, _ = store.(Confirmer)
+	return g.wrap, nil
+}
+
+type idemGuard struct {
+	store     IdempotencyStore
+	claimer   Claimer
+	confirmer Confirmer
+	cfg       idemConfig
+}
+
+func (g *idemGuard) wrap(next broker.Handler) broker.Handler {
+	return func(ctx context.Context, m *broker.Message) broker.Ack {
+		key := g.cfg.key(m)
+		if key == "" {
+			return broker.Reject(fmt.Errorf("%w (message %q)", ErrNoIdempotencyKey, m.ID))
+		}
+		claim, err := g.claim(ctx, key)
+		if err != nil {
+			return broker.Retry(fmt.Errorf("idempotency: claim %q: %w", key, err))
+		}
+		switch claim {
+		case ClaimClaimed:
+			return g.run(ctx, next, m, key)
+		case ClaimDuplicate:
+			return broker.Accept().As(IdempotencyOutcomeDuplicate)
+		case ClaimInProgress:
+			return broker.InProgress(g.cfg.inProgressDelay).As(broker.OutcomeLabelInProgress)
+		default:
+			return broker.Retry(fmt.Errorf("idempotency: claim %q: store answered %s", key, claim))
+		}
+	}
+}
+
+func (g *idemGuard) claim(ctx context.Context, key string) (Claim, error) {
+	if g.claimer != nil {
+		return g.claimer.Claim(ctx, key)
+	}
+	first, err := g.store.FirstTime(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if first {
+		return ClaimClaimed, nil
+	}
+	return ClaimDuplicate, nil
+}
+
+// run calls the handler holding the key, and confirms or forgets the key by
+// what it decided. A panic forgets the key and carries on up, so that the
+// consumer turns it into a retry as it does for any handler.
+func (g *idemGuard) run(ctx context.Context, next broker.Handler, m *broker.Message, key string) (ack broker.Ack) {
+	settled := false
+	defer func() {
+		if !settled {
+			g.forget(ctx, m, key)
+		}
+	}()
+	ack = next(ctx, m)
+	settled = true
+	if ack.Outcome() != broker.OutcomeAccept {
+		g.forget(ctx, m, key)
+		return ack
+	}
+	if g.confirmer != nil {
+		sctx, cancel := idemStoreContext(ctx)
+		defer cancel()
+		if err := g.confirmer.Confirm(sctx, key); err != nil {
+			g.cfg.logger.WarnContext(ctx, "idempotency: confirm failed; the key stays claimed until its lease expires",
+				slog.String("key", key), slog.String("message_id", m.ID), slog.Any("error", err))
+		}
+	}
+	return ack
+}
+
+func (g *idemGuard) forget(ctx context.Context, m *broker.Message, key string) {
+	sctx, cancel := idemStoreContext(ctx)
+	defer cancel()
+	if err := g.store.Forget(sctx, key); err != nil {
+		g.cfg.logger.WarnContext(ctx, "idempotency: forget failed; a retry may find the key still held",
+			slog.String("key", key), slog.String("message_id", m.ID), slog.Any("error", err))
+	}
+}
+
+// idemStoreContext keeps ctx's values but not its cancellation: a consumer
+// closing at its deadline must still release or confirm what it claimed.
+func idemStoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), idemStoreTimeout)
+}

@@ -1,0 +1,235 @@
+package patterns_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
+	"github.com/acemq/acemq-flow/internal/testenv"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// replayFirstSeen is the x-acemq-first-seen every seeded dead letter has.
+var replayFirstSeen = time.UnixMilli(1764489600123)
+
+// replaySeed puts n dead letters of queue q on q.dlq, in order, as a
+// consumer giving up on attempt 5 would have left them: {"n": i}, id m-i,
+// correlation c-i, run run-i.
+func replaySeed(h *opsHarness, conn *broker.Conn, q string, n int) {
+	h.t.Helper()
+	ctx := opsCtx(h.t)
+	for i := range n {
+		out, err := conn.Prepare(ctx, map[string]int{"n": i}, broker.To(q+broker.DeadLetterSuffix), broker.Mandatory(),
+			broker.MessageID(fmt.Sprintf("m-%d", i)), broker.CorrelationID(fmt.Sprintf("c-%d", i)),
+			broker.RunID(fmt.Sprintf("run-%d", i)), broker.FirstSeen(replayFirstSeen), broker.Header("tenant", "acme"))
+		require.NoError(h.t, err)
+		out.Message.Headers[broker.HeaderAttempt] = int64(5)
+		out.Message.Headers[broker.HeaderError] = fmt.Sprintf("timeout talking to the bank (%d)", i)
+		out.Message.Headers[broker.HeaderQueue] = q
+		require.NoError(h.t, conn.Send(ctx, out))
+	}
+}
+
+// replayDrain takes every message off queue, in order.
+func replayDrain(h *opsHarness, queue string) []*transport.Delivery {
+	h.t.Helper()
+	ctx := opsCtx(h.t)
+	var all []*transport.Delivery
+	for {
+		d, err := h.admin.Transport().Get(ctx, queue)
+		require.NoError(h.t, err)
+		if d == nil {
+			return all
+		}
+		require.NoError(h.t, d.Ack())
+		all = append(all, d)
+	}
+}
+
+// replayDepth waits for queue to hold want ready messages: a returned
+// (nacked) message is not confirmed by the broker, so it may still be on
+// its way back when Replay returns.
+func replayDepth(h *opsHarness, queue string, want int) {
+	h.t.Helper()
+	require.Eventually(h.t, func() bool { return h.depth(queue) == want }, 10*time.Second, 10*time.Millisecond,
+		"%s should hold %d messages", queue, want)
+}
+
+// replayN is a seeded message's n.
+func replayN(t *testing.T, body []byte) int {
+	t.Helper()
+	var v map[string]int
+	require.NoError(t, json.Unmarshal(body, &v))
+	return v["n"]
+}
+
+func replayEveryFourth(_ broker.Envelope, body []byte) bool {
+	var v map[string]int
+	return json.Unmarshal(body, &v) == nil && v["n"]%4 == 0
+}
+
+// TestReplayInStages: 2,000 dead letters, a filter selecting one in four, a
+// first pass limited to 300 and a second that drains the rest.
+func TestReplayInStages(t *testing.T) {
+	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("replay")
+		dlq := q + broker.DeadLetterSuffix
+		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
+		replaySeed(h, conn, q, 2000)
+		before := time.Now().Add(-time.Second)
+
+		var mu sync.Mutex
+		calls := 0
+		var last patterns.ReplayResult
+		res, err := patterns.Replay(ctx, conn, dlq, patterns.ReplayFilter(replayEveryFourth), patterns.ReplayLimit(300),
+			patterns.ReplayProgress(func(r patterns.ReplayResult) {
+				mu.Lock()
+				calls++
+				last = r
+				mu.Unlock()
+			}))
+		require.NoError(t, err)
+		require.Equal(t, patterns.ReplayResult{Moved: 300, Skipped: 897, Reason: patterns.ReplayReasonLimit}, res)
+		require.Equal(t, "moved 300, skipped 897 (limit)", res.String())
+		require.Equal(t, 300+897, calls, "progress after every message")
+		require.Equal(t, patterns.ReplayResult{Moved: 300, Skipped: 897}, last)
+		replayDepth(h, q, 300)
+		replayDepth(h, dlq, 1700)
+
+		res, err = patterns.Replay(ctx, conn, dlq, patterns.ReplayFilter(replayEveryFourth))
+		require.NoError(t, err)
+		require.Equal(t, "moved 200, skipped 1500 (drained)", res.String())
+
+		replayed := replayDrain(h, q)
+		require.Len(t, replayed, 500)
+		seen := map[int]bool{}
+		for _, d := range replayed {
+			n := replayN(t, d.Body)
+			require.Zero(t, n%4)
+			seen[n] = true
+			require.Equal(t, fmt.Sprintf("m-%d", n), d.MessageID, "identity untouched")
+			require.Equal(t, fmt.Sprintf("c-%d", n), d.CorrelationID)
+			require.Equal(t, fmt.Sprintf("run-%d", n), d.Headers[broker.HeaderRunID])
+			require.Equal(t, replayFirstSeen.UnixMilli(), d.Headers[broker.HeaderFirstSeen])
+			require.Equal(t, int64(1), d.Headers[broker.HeaderAttempt], "back on attempt 1")
+			require.NotContains(t, d.Headers, broker.HeaderError, "x-acemq-error cleared")
+			require.Equal(t, dlq, d.Headers[broker.HeaderReplayedFrom])
+			require.Equal(t, int64(1), d.Headers[broker.HeaderReplayCount])
+			at, ok := transport.Int(d.Headers[broker.HeaderReplayedAt])
+			require.True(t, ok)
+			require.WithinRange(t, time.UnixMilli(at), before, time.Now())
+			require.Equal(t, "acme", d.Headers["tenant"])
+		}
+		require.Len(t, seen, 500, "each selected message exactly once")
+
+		declined := replayDrain(h, dlq)
+		require.Len(t, declined, 1500)
+		prev := -1
+		for _, d := range declined {
+			n := replayN(t, d.Body)
+			require.NotZero(t, n%4)
+			require.Greater(t, n, prev, "declined messages keep their order in the dead-letter queue")
+			prev = n
+			require.Equal(t, int64(5), d.Headers[broker.HeaderAttempt], "declined ones untouched")
+			require.NotContains(t, d.Headers, broker.HeaderReplayCount)
+		}
+	})
+}
+
+// TestReplayToUnboundDestinationLosesNothing: nothing is bound to the
+// destination, so the first copy is returned; the replay stops with
+// ErrReplayFailed and every message is still in the dead-letter queue.
+func TestReplayToUnboundDestinationLosesNothing(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("replay-unbound")
+		dlq := q + broker.DeadLetterSuffix
+		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
+		exchange := testenv.Name(t, "replay-nowhere")
+		require.NoError(t, conn.Declare(ctx, broker.Topology{Exchanges: []broker.Exchange{{Name: exchange, Kind: "direct", Durable: true}}}))
+		t.Cleanup(func() { _ = h.admin.Transport().DeleteExchange(context.Background(), exchange) })
+		replaySeed(h, conn, q, 50)
+
+		res, err := patterns.Replay(ctx, conn, dlq, patterns.ReplayTo(exchange, "orders.new"))
+		require.ErrorIs(t, err, patterns.ErrReplayFailed)
+		require.ErrorIs(t, err, broker.ErrUnroutable)
+		require.Zero(t, res.Moved)
+		require.Empty(t, res.Reason)
+		replayDepth(h, dlq, 50)
+		left := replayDrain(h, dlq)
+		require.Len(t, left, 50, "nothing lost")
+		for i, d := range left {
+			require.Equal(t, i, replayN(t, d.Body), "and still in order")
+		}
+	})
+}
+
+// TestReplayRestartFalse: the copy is exactly what was there, stamped.
+func TestReplayRestartFalse(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("replay-audit")
+		audit := h.queue("replay-audit-copy")
+		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q).Merge(broker.ConsumerTopology(audit))))
+		replaySeed(h, conn, q, 3)
+
+		res, err := patterns.Replay(ctx, conn, q+broker.DeadLetterSuffix, patterns.ReplayTo("", audit), patterns.ReplayRestart(false),
+			patterns.ReplayInFlight(1))
+		require.NoError(t, err)
+		require.Equal(t, "moved 3, skipped 0 (drained)", res.String())
+		res, err = patterns.Replay(ctx, conn, audit, patterns.ReplayTo("", q+broker.DeadLetterSuffix), patterns.ReplayRestart(false),
+			patterns.ReplayInFlight(1))
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Moved)
+		for i, d := range replayDrain(h, q+broker.DeadLetterSuffix) {
+			require.Equal(t, i, replayN(t, d.Body), "in flight 1 keeps the order")
+			require.Equal(t, int64(5), d.Headers[broker.HeaderAttempt])
+			require.Equal(t, fmt.Sprintf("timeout talking to the bank (%d)", i), d.Headers[broker.HeaderError])
+			require.Equal(t, int64(2), d.Headers[broker.HeaderReplayCount], "replayed twice")
+			require.Equal(t, audit, d.Headers[broker.HeaderReplayedFrom], "from the last queue it was taken from")
+		}
+	})
+}
+
+func TestReplayRefusals(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("replay-refuse")
+		dlq := q + broker.DeadLetterSuffix
+		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
+
+		_, err := patterns.Replay(ctx, conn, dlq, patterns.ReplayTo("", ""))
+		require.ErrorIs(t, err, broker.ErrInvalidOption, "the default exchange with no routing key would loop")
+		_, err = patterns.Replay(ctx, conn, dlq, patterns.ReplayTo("", dlq))
+		require.ErrorIs(t, err, broker.ErrInvalidOption, "and so would the queue itself")
+		_, err = patterns.Replay(ctx, conn, dlq, patterns.ReplayLimit(-1))
+		require.ErrorIs(t, err, broker.ErrInvalidOption)
+		_, err = patterns.Replay(ctx, conn, q+".missing")
+		require.True(t, transport.IsCode(err, transport.NotFound), "%v", err)
+
+		replaySeed(h, conn, q, 2)
+		res, err := patterns.Replay(ctx, conn, dlq, patterns.ReplayDeadline(time.Now()))
+		require.NoError(t, err)
+		require.Equal(t, "moved 0, skipped 0 (deadline)", res.String())
+
+		require.NoError(t, conn.Publish(ctx, map[string]int{"n": 2}, broker.To(dlq), broker.MessageID("no-origin")))
+		res, err = patterns.Replay(ctx, conn, dlq)
+		require.ErrorIs(t, err, patterns.ErrReplayFailed, "a message with no x-acemq-queue has nowhere to go back to")
+		require.ErrorContains(t, err, "no-origin")
+		require.Equal(t, 2, res.Moved, "the ones before it were moved")
+		replayDepth(h, dlq, 1)
+		replayDepth(h, q, 2)
+	})
+}

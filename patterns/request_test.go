@@ -1,0 +1,255 @@
+package patterns_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+type requestPrice struct {
+	SKU string `json:"sku"`
+	N   int    `json:"n"`
+}
+
+// requestDouble answers {"n": 2n} and fails for sku "boom".
+func requestDouble(_ context.Context, m *broker.Message) (any, error) {
+	req, err := broker.Decode[requestPrice](m)
+	if err != nil {
+		return nil, err
+	}
+	if req.SKU == "boom" {
+		return nil, errors.New("catalogue unavailable")
+	}
+	return requestPrice{SKU: req.SKU, N: 2 * req.N}, nil
+}
+
+func TestRequestReplyRoundTrip(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		reader := sdkmetric.NewManualReader()
+		conn := h.open(broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+		q := h.queue("price")
+		responder, err := patterns.Serve(ctx, conn, q, requestDouble)
+		require.NoError(t, err)
+		prices, err := patterns.NewRequester(ctx, conn, q, 5*time.Second)
+		require.NoError(t, err)
+		h.cleanup(prices.ReplyQueue())
+
+		var out requestPrice
+		require.NoError(t, prices.Call(ctx, requestPrice{SKU: "X-1", N: 21}, &out))
+		require.Equal(t, requestPrice{SKU: "X-1", N: 42}, out)
+		require.Equal(t, int64(1), responder.Answered(), "counted before the reply was published")
+
+		reply, err := prices.CallMessage(ctx, requestPrice{SKU: "X-2", N: 1}, broker.MessageID("req-7"), broker.CorrelationID("biz-7"))
+		require.NoError(t, err)
+		require.Equal(t, "req-7", reply.CausationID, "matched by causation = the request's id")
+		require.Equal(t, "biz-7", reply.CorrelationID, "the request's correlation carried")
+
+		start := time.Now()
+		err = prices.Call(ctx, requestPrice{SKU: "boom"}, &out)
+		var failed *patterns.ResponderFailed
+		require.ErrorAs(t, err, &failed)
+		require.Equal(t, "catalogue unavailable", failed.Message)
+		require.Less(t, time.Since(start), time.Second, "a failure comes back, not a timeout")
+		require.Equal(t, int64(3), responder.Answered())
+
+		require.NoError(t, prices.Close(ctx))
+		require.NoError(t, prices.Close(ctx), "idempotent")
+		_, err = h.admin.Transport().Inspect(ctx, prices.ReplyQueue())
+		require.Error(t, err, "the reply queue went with the requester")
+		err = prices.Call(ctx, requestPrice{SKU: "X-1"}, &out)
+		require.ErrorIs(t, err, broker.ErrClosed)
+		require.NoError(t, responder.Close(ctx))
+
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		counts := map[string]int64{}
+		durations := uint64(0)
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch d := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					if m.Name == "acemq.request.total" {
+						for _, p := range d.DataPoints {
+							v, _ := p.Attributes.Value("outcome")
+							counts[v.AsString()] += p.Value
+						}
+					}
+				case metricdata.Histogram[float64]:
+					if m.Name == "acemq.request.duration" {
+						for _, p := range d.DataPoints {
+							durations += p.Count
+						}
+					}
+				}
+			}
+		}
+		require.Equal(t, map[string]int64{patterns.RequestOutcomeAnswered: 2, patterns.RequestOutcomeFailed: 1, patterns.RequestOutcomeError: 1}, counts)
+		require.Equal(t, uint64(4), durations)
+	})
+}
+
+func TestRequestTimesOutAndExpires(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("nobody")
+		require.NoError(t, conn.Declare(ctx, broker.Topology{Queues: []broker.Queue{broker.QuorumQueue(q, nil)}}))
+		r, err := patterns.NewRequester(ctx, conn, q, 200*time.Millisecond)
+		require.NoError(t, err)
+		h.cleanup(r.ReplyQueue())
+		defer r.Close(ctx)
+
+		start := time.Now()
+		err = r.Call(ctx, "anyone?", nil)
+		require.ErrorIs(t, err, patterns.ErrRequestTimedOut)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, time.Since(start), 2*time.Second)
+
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		require.ErrorIs(t, r.Call(short, "sooner", nil), patterns.ErrRequestTimedOut, "the caller's deadline counts too")
+
+		cancelled, cancelNow := context.WithCancel(ctx)
+		cancelNow()
+		err = r.Call(cancelled, "never", nil)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NotErrorIs(t, err, patterns.ErrRequestTimedOut)
+
+		// Nobody answered: the requests carry an expiration no longer than
+		// the wait, so the broker discards them instead of a responder
+		// working on them later for nobody.
+		require.Eventually(t, func() bool { return h.depth(q) == 0 }, 10*time.Second, 20*time.Millisecond,
+			"expired requests leave the queue")
+
+		nowhere, err := patterns.NewRequester(ctx, conn, q+".missing", time.Second)
+		require.NoError(t, err)
+		h.cleanup(nowhere.ReplyQueue())
+		defer nowhere.Close(ctx)
+		require.ErrorIs(t, nowhere.Call(ctx, "to nowhere", nil), broker.ErrUnroutable, "a request nothing receives fails at once")
+		_, err = patterns.NewRequester(ctx, conn, "", time.Second)
+		require.ErrorIs(t, err, broker.ErrInvalidOption)
+		_, err = patterns.NewRequester(ctx, conn, q, 0)
+		require.ErrorIs(t, err, broker.ErrInvalidOption)
+	})
+}
+
+func TestRequestWithoutReplyAddressIsDeadLettered(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("noreply")
+		responder, err := patterns.Serve(ctx, conn, q, requestDouble)
+		require.NoError(t, err)
+		require.NoError(t, conn.Publish(ctx, requestPrice{SKU: "X-1"}, broker.To(q), broker.MessageID("lost-1")))
+		require.Eventually(t, func() bool { return h.depth(q+broker.DeadLetterSuffix) == 1 }, 10*time.Second, 20*time.Millisecond)
+		require.Equal(t, int64(1), responder.Unanswerable())
+		require.Zero(t, responder.Answered())
+		d, err := h.admin.Transport().Get(ctx, q+broker.DeadLetterSuffix)
+		require.NoError(t, err)
+		require.NotNil(t, d)
+		require.Equal(t, "lost-1", d.MessageID)
+		require.Contains(t, d.Headers[broker.HeaderError], "no reply address")
+		require.NoError(t, d.Ack())
+	})
+}
+
+func TestRequestConcurrentCallers(t *testing.T) {
+	opsEach(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("concurrent")
+		_, err := patterns.Serve(ctx, conn, q, requestDouble, broker.Concurrency(8))
+		require.NoError(t, err)
+		r, err := patterns.NewRequester(ctx, conn, q, 10*time.Second)
+		require.NoError(t, err)
+		h.cleanup(r.ReplyQueue())
+		defer r.Close(ctx)
+
+		const callers = 16
+		errs := make([]error, callers)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				for j := range 10 {
+					n := i*100 + j
+					var out requestPrice
+					if err := r.Call(ctx, requestPrice{SKU: strconv.Itoa(n), N: n}, &out); err != nil {
+						errs[i] = err
+						return
+					}
+					if out != (requestPrice{SKU: strconv.Itoa(n), N: 2 * n}) {
+						errs[i] = fmt.Errorf("caller %d asked %d, got %+v", i, n, out)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+	})
+}
+
+func TestReplyAddressHeaderFirst(t *testing.T) {
+	t.Parallel()
+	m := &broker.Message{Headers: broker.Table{broker.HeaderReplyTo: "from-header"}}
+	m.ReplyTo = "from-property"
+	require.Equal(t, "from-header", patterns.ReplyAddress(m))
+	m.Headers = broker.Table{broker.HeaderReplyTo: []byte("bytes-header")}
+	require.Equal(t, "bytes-header", patterns.ReplyAddress(m))
+	m.Headers = nil
+	require.Equal(t, "from-property", patterns.ReplyAddress(m))
+	m.ReplyTo = ""
+	require.Empty(t, patterns.ReplyAddress(m))
+}
+
+// TestRequestInteropPlainClient: a client that sets only AMQP's reply_to
+// property, as the Java library did, gets its answer, matched by the
+// causation header and carrying its correlation id.
+func TestRequestInteropPlainClient(t *testing.T) {
+	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
+		ctx := opsCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("interop")
+		_, err := patterns.Serve(ctx, conn, q, requestDouble)
+		require.NoError(t, err)
+
+		plain, err := amqp.Dial(h.url)
+		require.NoError(t, err)
+		defer plain.Close()
+		ch, err := plain.Channel()
+		require.NoError(t, err)
+		replies, err := ch.QueueDeclare("", false, true, true, false, nil)
+		require.NoError(t, err)
+		got, err := ch.Consume(replies.Name, "", true, true, false, false, nil)
+		require.NoError(t, err)
+		require.NoError(t, ch.PublishWithContext(ctx, "", q, false, false, amqp.Publishing{
+			ContentType:   "application/json",
+			MessageId:     "java-req-1",
+			CorrelationId: "java-corr-1",
+			ReplyTo:       replies.Name,
+			Body:          []byte(`{"sku":"X-1","n":5}`),
+		}))
+		d := opsRecv(t, got, 10*time.Second)
+		require.Equal(t, "java-req-1", d.Headers[broker.HeaderCausationID])
+		require.Equal(t, "java-corr-1", d.CorrelationId)
+		var out requestPrice
+		require.NoError(t, json.Unmarshal(d.Body, &out))
+		require.Equal(t, requestPrice{SKU: "X-1", N: 10}, out)
+	})
+}

@@ -1,0 +1,197 @@
+package patterns_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// slipStage consumes queue with FollowSlip running step and returns the
+// messages step saw.
+func slipStage(t *testing.T, conn *broker.Conn, queue string, step patterns.StepFunc, opts ...patterns.FollowOption) <-chan *broker.Message {
+	t.Helper()
+	seen := make(chan *broker.Message, 64)
+	h, err := patterns.FollowSlip(conn, func(ctx context.Context, m *broker.Message) (any, error) {
+		seen <- m
+		return step(ctx, m)
+	}, opts...)
+	require.NoError(t, err)
+	_, err = conn.Consume(flowCtx(t), queue, h, broker.WithRetry(broker.Constant(10, 100*time.Millisecond)))
+	require.NoError(t, err)
+	return seen
+}
+
+func TestSlipFollowedToTheEnd(t *testing.T) {
+	flowEach(t, func(t *testing.T, h *flowHarness) {
+		ctx := flowCtx(t)
+		conn := h.open(broker.Config{})
+		ex := h.exchange("slip")
+		qs := map[string]string{"validate": h.queue("validate"), "charge": h.queue("charge"), "ship": h.queue("ship")}
+		for step, q := range qs {
+			h.bind(q, ex, "order."+step)
+		}
+		appendStep := func(name string) patterns.StepFunc {
+			return func(_ context.Context, m *broker.Message) (any, error) {
+				var trail []string
+				if err := m.Decode(&trail); err != nil {
+					return nil, err
+				}
+				return append(trail, name), nil
+			}
+		}
+		validate := slipStage(t, conn, qs["validate"], appendStep("validate"))
+		charge := slipStage(t, conn, qs["charge"], appendStep("charge"))
+		ship := slipStage(t, conn, qs["ship"], appendStep("ship"))
+
+		slip := patterns.NewRoutingSlip().
+			Step("validate", ex, "order.validate").
+			Step("charge", ex, "order.charge").
+			Step("ship", ex, "order.ship")
+		before := time.Now().Add(-time.Second)
+		runID, err := slip.Start(ctx, conn, []string{}, broker.Header("tenant", "acme"), broker.CorrelationID("order-42"))
+		require.NoError(t, err)
+		require.NotEmpty(t, runID)
+
+		first := flowNext(t, validate, 10*time.Second)
+		second := flowNext(t, charge, 10*time.Second)
+		last := flowNext(t, ship, 10*time.Second)
+
+		var trail []string
+		require.NoError(t, last.Decode(&trail))
+		require.Equal(t, []string{"validate", "charge"}, trail, "each step's payload is sent on")
+		for i, m := range []*broker.Message{first, second, last} {
+			require.Equal(t, runID, m.RunID, "the run id is carried (message %d)", i)
+			require.Equal(t, "order-42", m.CorrelationID, "the correlation is carried (message %d)", i)
+			require.Equal(t, 1, m.Attempt)
+			require.True(t, first.FirstSeen.Equal(m.FirstSeen), "first seen is carried (message %d)", i)
+			require.Equal(t, "acme", m.Headers["tenant"], "application headers are carried (message %d)", i)
+			require.Nil(t, m.Route, "a slip stays a slip")
+		}
+		require.Equal(t, first.ID, second.CausationID, "each hop records what it came from")
+		require.Equal(t, second.ID, last.CausationID)
+		require.NotEqual(t, first.ID, second.ID, "a hop is a new message")
+
+		got, err := patterns.SlipFrom(last)
+		require.NoError(t, err)
+		require.Equal(t, "RoutingSlip[done: validate -> charge | next: ship]", got.String())
+		for _, d := range got.Done() {
+			require.True(t, d.At.After(before), "done step %s is stamped", d.Name)
+			require.Equal(t, ex, d.Exchange)
+		}
+		require.Eventually(t, func() bool { return h.depth(qs["ship"]) == 0 }, 5*time.Second, 20*time.Millisecond)
+		for _, q := range qs {
+			require.Zero(t, h.depth(q+broker.DeadLetterSuffix))
+		}
+	})
+}
+
+func TestSlipNilEndsTheRun(t *testing.T) {
+	flowEach(t, func(t *testing.T, h *flowHarness) {
+		ctx := flowCtx(t)
+		conn := h.open(broker.Config{})
+		ex := h.exchange("slip")
+		first, second := h.queue("first"), h.queue("second")
+		h.bind(first, ex, "first")
+		h.bind(second, ex, "second")
+		firstSeen := slipStage(t, conn, first, func(context.Context, *broker.Message) (any, error) { return nil, nil })
+		secondSeen := slipStage(t, conn, second, func(context.Context, *broker.Message) (any, error) { return "more", nil })
+		_, err := patterns.NewRoutingSlip().Step("first", ex, "first").Step("second", ex, "second").Start(ctx, conn, "digital")
+		require.NoError(t, err)
+		flowNext(t, firstSeen, 10*time.Second)
+		require.Eventually(t, func() bool { return h.depth(first) == 0 }, 5*time.Second, 20*time.Millisecond,
+			"the input is accepted")
+		flowNothing(t, secondSeen, 300*time.Millisecond)
+		require.Zero(t, h.depth(first+broker.DeadLetterSuffix))
+	})
+}
+
+// TestSlipUnparsableIsFatal: a slip that will not parse is given up at
+// once, without running the step and without a retry.
+func TestSlipUnparsableIsFatal(t *testing.T) {
+	flowEach(t, func(t *testing.T, h *flowHarness) {
+		ctx := flowCtx(t)
+		conn := h.open(broker.Config{})
+		q := h.queue("unparsable")
+		var ran atomic.Int32
+		slipStage(t, conn, q, func(context.Context, *broker.Message) (any, error) { ran.Add(1); return "x", nil })
+		require.NoError(t, conn.Publish(ctx, "x", broker.To(q), broker.MessageID("bad-slip"),
+			broker.Header(broker.HeaderRoutingSlip, `{"itinerary": [`)))
+		d := h.get(q+broker.DeadLetterSuffix, 10*time.Second)
+		require.Equal(t, "bad-slip", d.MessageID)
+		require.Contains(t, d.Headers[broker.HeaderError], "invalid routing slip")
+		require.EqualValues(t, 1, d.Headers[broker.HeaderAttempt], "not retried")
+		require.Zero(t, ran.Load(), "the step does not run")
+	})
+}
+
+// TestSlipHopToUnboundRetries: a hop nothing is bound to receive is a
+// failed publish and a retry of the step, not a dropped message; once the
+// next stop is bound the run goes on, on attempt 1.
+func TestSlipHopToUnboundRetries(t *testing.T) {
+	flowEach(t, func(t *testing.T, h *flowHarness) {
+		ctx := flowCtx(t)
+		conn := h.open(broker.Config{})
+		ex := h.exchange("slip")
+		first, second := h.queue("first"), h.queue("later")
+		h.bind(first, ex, "first")
+		attempts := slipStage(t, conn, first, func(context.Context, *broker.Message) (any, error) { return "on", nil })
+		_, err := patterns.NewRoutingSlip().Step("first", ex, "first").Step("second", ex, "second").Start(ctx, conn, "go")
+		require.NoError(t, err)
+		require.Equal(t, 1, flowNext(t, attempts, 10*time.Second).Attempt)
+		require.Equal(t, 2, flowNext(t, attempts, 10*time.Second).Attempt, "the unroutable hop retried the step")
+
+		h.bind(second, ex, "second")
+		arrived := flowSink(t, conn, second)
+		m := flowNext(t, arrived, 10*time.Second)
+		require.Equal(t, 1, m.Attempt, "the retry budget does not leak into the next step")
+		require.Zero(t, h.depth(first+broker.DeadLetterSuffix))
+	})
+}
+
+func TestSlipStepErrors(t *testing.T) {
+	flowEach(t, func(t *testing.T, h *flowHarness) {
+		ctx := flowCtx(t)
+		conn := h.open(broker.Config{})
+		ex := h.exchange("slip")
+		q := h.queue("failing")
+		h.bind(q, ex, "failing")
+		seen := slipStage(t, conn, q, func(_ context.Context, m *broker.Message) (any, error) {
+			if m.Attempt == 1 {
+				return nil, errors.New("flaky")
+			}
+			return nil, broker.Fatal(errors.New("card declined"))
+		})
+		runID, err := patterns.NewRoutingSlip().Step("failing", ex, "failing").Start(ctx, conn, "x")
+		require.NoError(t, err)
+		require.Equal(t, 1, flowNext(t, seen, 10*time.Second).Attempt)
+		require.Equal(t, 2, flowNext(t, seen, 10*time.Second).Attempt, "an error retries")
+		d := h.get(q+broker.DeadLetterSuffix, 10*time.Second)
+		require.Contains(t, d.Headers[broker.HeaderError], "card declined", "a fatal error gives up")
+		require.Equal(t, runID, d.Headers[broker.HeaderRunID], "the run id survives the dead-letter")
+		require.Contains(t, d.Headers, broker.HeaderRoutingSlip, "the slip says how far the run got")
+	})
+}
+
+func TestFollowSlipRefusesBadArguments(t *testing.T) {
+	t.Parallel()
+	conn, err := broker.Open(t.Context(), "memory://")
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	step := func(context.Context, *broker.Message) (any, error) { return nil, nil }
+	for name, f := range map[string]func() error{
+		"nil conn":       func() error { _, err := patterns.FollowSlip(nil, step); return err },
+		"nil step":       func() error { _, err := patterns.FollowSlip(conn, nil); return err },
+		"nil pipeline":   func() error { _, err := patterns.FollowSlip(conn, step, patterns.OnPipeline(nil)); return err },
+		"unknown form":   func() error { _, err := patterns.FollowSlip(conn, step, patterns.Write(patterns.Form(9))); return err },
+		"route, no pipe": func() error { _, err := patterns.FollowSlip(conn, step, patterns.Write(patterns.Route)); return err },
+	} {
+		require.ErrorIs(t, f(), broker.ErrInvalidOption, name)
+	}
+}

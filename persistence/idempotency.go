@@ -1,0 +1,193 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// Defaults of SQLIdempotencyStoreConfig.
+const (
+	DefaultClaimTimeout         = 5 * time.Minute
+	DefaultIdempotencyRetention = 24 * time.Hour
+	DefaultPurgeBatch           = 1000
+)
+
+// idemClaimTries bounds Claim's loop: a key that is forgotten or expires
+// between the insert and the look is simply tried again.
+const idemClaimTries = 5
+
+// SQLIdempotencyStoreConfig configures a SQLIdempotencyStore. The zero
+// value is the defaults.
+type SQLIdempotencyStoreConfig struct {
+	// Tables names the tables (only Idempotency is used here).
+	Tables Tables
+	// ClaimTimeout is a claim's lease (0 = 5 min). Too short and two
+	// consumers work on one message at once; too long and a crashed
+	// consumer stalls that message for the duration. It should
+	// comfortably exceed the slowest handler.
+	ClaimTimeout time.Duration
+	// Retention is how long a confirmed key is remembered (0 = 24 h); a
+	// duplicate arriving later than that is handled again.
+	Retention time.Duration
+	// PurgeBatch is how many rows one DELETE of PurgeExpired removes
+	// (0 = 1000).
+	PurgeBatch int
+}
+
+// SQLIdempotencyStore is the idempotency store consumers on several
+// processes share: a key is held under a lease (ClaimTimeout), so a
+// consumer that dies mid-handler costs that message one lease, not the
+// message; Confirm holds a key for Retention once its work is done.
+//
+// It implements patterns.IdempotencyStore, patterns.Claimer and
+// patterns.Confirmer. Nothing on the message path deletes anything: run
+// PurgeExpired on a schedule (hourly is ample). Keys are stored as bytes,
+// exactly as given. A store instance is one holder: Forget gives up only
+// this instance's own live claim, so give each consumer process its own
+// instance (over the same table).
+//
+// Each Claim and Confirm is one autocommitted statement, so its cost is a
+// durable commit. A pool whose sessions set synchronous_commit=off roughly
+// triples the rate (BenchmarkSQLIdempotencyClaimConfirm); what a database
+// crash then forgets is the last instant's claims and confirmations, which
+// costs a duplicate run, never a message.
+type SQLIdempotencyStore struct {
+	db         DB
+	t          Tables
+	lease      time.Duration
+	retention  time.Duration
+	purgeBatch int
+	holder     string
+}
+
+// NewSQLIdempotencyStore returns a store running on db (a pool, usually).
+// It refuses a nil db, invalid table names and negative settings.
+func NewSQLIdempotencyStore(db DB, cfg SQLIdempotencyStoreConfig) (*SQLIdempotencyStore, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: idempotency store: nil db", broker.ErrInvalidOption)
+	}
+	t, err := cfg.Tables.checked()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ClaimTimeout < 0 || cfg.Retention < 0 || cfg.PurgeBatch < 0 {
+		return nil, fmt.Errorf("%w: idempotency store: negative setting", broker.ErrInvalidOption)
+	}
+	s := &SQLIdempotencyStore{db: db, t: t, lease: cfg.ClaimTimeout, retention: cfg.Retention, purgeBatch: cfg.PurgeBatch, holder: broker.NewID()}
+	if s.lease == 0 {
+		s.lease = DefaultClaimTimeout
+	}
+	if s.retention == 0 {
+		s.retention = DefaultIdempotencyRetention
+	}
+	if s.purgeBatch == 0 {
+		s.purgeBatch = DefaultPurgeBatch
+	}
+	return s, nil
+}
+
+// Claim takes key under a lease when nobody holds it live
+// (patterns.ClaimClaimed); otherwise it answers ClaimDuplicate for a
+// confirmed key and ClaimInProgress for a live claim. The insert decides,
+// atomically: of N callers claiming one key at once exactly one is told
+// ClaimClaimed.
+func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.Claim, error) {
+	for range idemClaimTries {
+		rows, err := s.db.Query(ctx, s.t.render(`
+			INSERT INTO {{idempotency}} AS cur (key, state, holder, expires_at)
+			VALUES ($1, 'claimed', $2, now() + $3 * interval '1 second')
+			ON CONFLICT (key) DO UPDATE
+			SET state = 'claimed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+			WHERE cur.expires_at <= now()
+			RETURNING 1`), []byte(key), s.holder, s.lease.Seconds())
+		if err != nil {
+			return 0, fmt.Errorf("idempotency %s: claim: %w", s.t.Idempotency, err)
+		}
+		won := rows.Next()
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, fmt.Errorf("idempotency %s: claim: %w", s.t.Idempotency, err)
+		}
+		if won {
+			return patterns.ClaimClaimed, nil
+		}
+		var (
+			state string
+			live  bool
+		)
+		err = s.db.QueryRow(ctx, s.t.render(`SELECT state, expires_at > now() FROM {{idempotency}} WHERE key = $1`), []byte(key)).Scan(&state, &live)
+		switch {
+		case err != nil && isNoRows(err):
+			continue
+		case err != nil:
+			return 0, fmt.Errorf("idempotency %s: look up a held key: %w", s.t.Idempotency, err)
+		case !live:
+			continue
+		case state == "confirmed":
+			return patterns.ClaimDuplicate, nil
+		default:
+			return patterns.ClaimInProgress, nil
+		}
+	}
+	return 0, fmt.Errorf("idempotency %s: claim: the key changed hands %d times in a row", s.t.Idempotency, idemClaimTries)
+}
+
+// FirstTime is Claim(key) == patterns.ClaimClaimed.
+func (s *SQLIdempotencyStore) FirstTime(ctx context.Context, key string) (bool, error) {
+	c, err := s.Claim(ctx, key)
+	return c == patterns.ClaimClaimed, err
+}
+
+// Confirm records that key's work was done: it is a duplicate for
+// Retention from now, whoever held the claim.
+func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
+	_, err := s.db.Exec(ctx, s.t.render(`
+		INSERT INTO {{idempotency}} (key, state, holder, expires_at)
+		VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second')
+		ON CONFLICT (key) DO UPDATE
+		SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at`),
+		[]byte(key), s.holder, s.retention.Seconds())
+	if err != nil {
+		return fmt.Errorf("idempotency %s: confirm: %w", s.t.Idempotency, err)
+	}
+	return nil
+}
+
+// Forget gives up this store's own live claim on key, so a retry can run.
+// It never removes a confirmation (that would undo work that was done) nor
+// another holder's claim (that would put two consumers on one message).
+func (s *SQLIdempotencyStore) Forget(ctx context.Context, key string) error {
+	_, err := s.db.Exec(ctx, s.t.render(`
+		DELETE FROM {{idempotency}}
+		WHERE key = $1 AND state = 'claimed' AND holder = $2 AND expires_at > now()`), []byte(key), s.holder)
+	if err != nil {
+		return fmt.Errorf("idempotency %s: forget: %w", s.t.Idempotency, err)
+	}
+	return nil
+}
+
+// PurgeExpired deletes expired keys (confirmations past retention, claims
+// past their lease) PurgeBatch rows per statement, so that a large table is
+// never locked by one DELETE, and says how many went. Rows somebody is
+// claiming at that moment are skipped, not waited for.
+func (s *SQLIdempotencyStore) PurgeExpired(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.db.Exec(ctx, s.t.render(`
+			DELETE FROM {{idempotency}}
+			WHERE key IN (SELECT key FROM {{idempotency}} WHERE expires_at <= now()
+			              LIMIT $1 FOR UPDATE SKIP LOCKED)
+			  AND expires_at <= now()`), s.purgeBatch)
+		if err != nil {
+			return total, fmt.Errorf("idempotency %s: purge expired: %w", s.t.Idempotency, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(s.purgeBatch) {
+			return total, nil
+		}
+	}
+}

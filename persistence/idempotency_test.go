@@ -1,0 +1,299 @@
+package persistence_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/testenv"
+	"github.com/acemq/acemq-flow/patterns"
+	"github.com/acemq/acemq-flow/persistence"
+)
+
+func idemStore(t *testing.T, db persistence.DB, tb persistence.Tables, cfg persistence.SQLIdempotencyStoreConfig) *persistence.SQLIdempotencyStore {
+	t.Helper()
+	cfg.Tables = tb
+	s, err := persistence.NewSQLIdempotencyStore(db, cfg)
+	require.NoError(t, err)
+	return s
+}
+
+func TestSQLIdempotencyExactlyOneClaimed(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	ctx := ctxT(t)
+	stores := make([]*persistence.SQLIdempotencyStore, 4)
+	for i := range stores {
+		stores[i] = idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{})
+	}
+	for round := range 5 {
+		key := fmt.Sprintf("order-%d", round)
+		var claimed, inProgress atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 32 {
+			wg.Go(func() {
+				c, err := stores[i%len(stores)].Claim(ctx, key)
+				require.NoError(t, err)
+				switch c {
+				case patterns.ClaimClaimed:
+					claimed.Add(1)
+				case patterns.ClaimInProgress:
+					inProgress.Add(1)
+				default:
+					t.Errorf("unexpected %s", c)
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, int32(1), claimed.Load(), "exactly one of 32 concurrent claims wins")
+		require.Equal(t, int32(31), inProgress.Load())
+		require.NoError(t, stores[0].Confirm(ctx, key))
+		c, err := stores[3].Claim(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, patterns.ClaimDuplicate, c)
+	}
+}
+
+func TestSQLIdempotencyForgetOnlyOwnLiveClaim(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	ctx := ctxT(t)
+	a := idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{})
+	b := idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{})
+	claim := func(s *persistence.SQLIdempotencyStore, key string) patterns.Claim {
+		c, err := s.Claim(ctx, key)
+		require.NoError(t, err)
+		return c
+	}
+
+	require.Equal(t, patterns.ClaimClaimed, claim(a, "k"))
+	require.NoError(t, b.Forget(ctx, "k"))
+	require.Equal(t, patterns.ClaimInProgress, claim(b, "k"), "another holder's forget leaves the claim alone")
+	require.NoError(t, a.Forget(ctx, "k"))
+	require.Equal(t, patterns.ClaimClaimed, claim(b, "k"), "the holder's forget frees the key")
+	require.NoError(t, b.Confirm(ctx, "k"))
+	require.NoError(t, b.Forget(ctx, "k"))
+	require.Equal(t, patterns.ClaimDuplicate, claim(a, "k"), "a confirmation is never forgotten")
+
+	first, err := a.FirstTime(ctx, "other")
+	require.NoError(t, err)
+	require.True(t, first)
+	first, err = b.FirstTime(ctx, "other")
+	require.NoError(t, err)
+	require.False(t, first)
+
+	// Keys are bytes as given: not valid UTF-8, NUL included.
+	odd := string([]byte{0xff, 0x00, 'k'})
+	require.Equal(t, patterns.ClaimClaimed, claim(a, odd))
+	require.Equal(t, patterns.ClaimInProgress, claim(b, odd))
+}
+
+func TestSQLIdempotencyLeaseExpires(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	ctx := ctxT(t)
+	cfg := persistence.SQLIdempotencyStoreConfig{ClaimTimeout: time.Second}
+	crashed := idemStore(t, db, tb, cfg)
+	other := idemStore(t, db, tb, cfg)
+	c, err := crashed.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, patterns.ClaimClaimed, c)
+	c, err = other.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, patterns.ClaimInProgress, c)
+	// Waiting for the lease is waiting for time to pass: poll it.
+	require.Eventually(t, func() bool {
+		c, err := other.Claim(ctx, "k")
+		return err == nil && c == patterns.ClaimClaimed
+	}, 5*time.Second, 50*time.Millisecond, "a dead holder's claim is taken over once its lease runs out")
+	require.NoError(t, crashed.Forget(ctx, "k"))
+	c, err = crashed.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, patterns.ClaimInProgress, c, "the old holder's forget cannot undo the new claim")
+}
+
+func TestSQLIdempotencyPurgeExpiredInBatches(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	ctx := ctxT(t)
+	s := idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{PurgeBatch: 100})
+	_, err := db.Exec(ctx, `INSERT INTO `+tb.Idempotency+` (key, state, holder, expires_at)
+		SELECT convert_to('old-' || i, 'UTF8'), 'confirmed', 'h', now() - interval '1 minute' FROM generate_series(1, 250) i`)
+	require.NoError(t, err)
+	for i := range 3 {
+		require.NoError(t, s.Confirm(ctx, fmt.Sprintf("live-%d", i)))
+	}
+	n, err := s.PurgeExpired(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(250), n)
+	var left int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM `+tb.Idempotency).Scan(&left))
+	require.Equal(t, 3, left)
+}
+
+// settlements counts, by outcome label, what the Idempotent middleware
+// decided; it wraps the guard from outside.
+type settlements struct {
+	mu     sync.Mutex
+	labels map[string]int
+	change chan struct{}
+}
+
+func newSettlements() *settlements {
+	return &settlements{labels: map[string]int{}, change: make(chan struct{}, 1)}
+}
+
+func (s *settlements) middleware(next broker.Handler) broker.Handler {
+	return func(ctx context.Context, m *broker.Message) broker.Ack {
+		ack := next(ctx, m)
+		label := ack.Label()
+		if label == "" {
+			label = ack.Outcome().String()
+		}
+		s.mu.Lock()
+		s.labels[label]++
+		s.mu.Unlock()
+		select {
+		case s.change <- struct{}{}:
+		default:
+		}
+		return ack
+	}
+}
+
+func (s *settlements) get(label string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.labels[label]
+}
+
+// await waits until done holds, woken by every settlement.
+func (s *settlements) await(t *testing.T, within time.Duration, done func() bool) {
+	t.Helper()
+	deadline := time.After(within)
+	for !done() {
+		select {
+		case <-s.change:
+		case <-deadline:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			t.Fatalf("not settled within %s: %v", within, s.labels)
+		}
+	}
+}
+
+func TestIdempotentConsumersShareSQLStore(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	r := newRabbit(t)
+	ctx := ctxT(t)
+	q := r.queue("idem-shared")
+	r.declare(q)
+
+	var mu sync.Mutex
+	work := map[string]int{}
+	seen := newSettlements()
+	for range 3 {
+		conn := r.open()
+		store := idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{})
+		guard, err := patterns.Idempotent(store, patterns.InProgressDelay(200*time.Millisecond))
+		require.NoError(t, err)
+		_, err = conn.Consume(ctx, q, broker.Func(func(ctx context.Context, m *broker.Message) error {
+			mu.Lock()
+			work[m.ID]++
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond) // the work: long enough for the copies to overlap
+			return nil
+		}), broker.Concurrency(4), broker.Use(seen.middleware, guard))
+		require.NoError(t, err)
+	}
+
+	const n = 60
+	pub := r.open()
+	for i := range n {
+		for range 2 { // every message delivered twice
+			require.NoError(t, pub.Publish(ctx, map[string]int{"order": i}, broker.To(q), broker.MessageID(fmt.Sprintf("order-%d", i))))
+		}
+	}
+	seen.await(t, 60*time.Second, func() bool {
+		return seen.get(broker.OutcomeAccept.String())+seen.get(patterns.IdempotencyOutcomeDuplicate) == 2*n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, work, n)
+	for id, runs := range work {
+		require.Equal(t, 1, runs, "the work of %s ran once", id)
+	}
+	require.Equal(t, n, seen.get(broker.OutcomeAccept.String()))
+	require.Equal(t, n, seen.get(patterns.IdempotencyOutcomeDuplicate))
+	t.Logf("in-progress put-backs on the way: %d", seen.get(broker.OutcomeLabelInProgress))
+}
+
+func TestIdempotencyConsumerKilledMidHandler(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	r := newRabbit(t)
+	ctx := ctxT(t)
+	q := r.queue("idem-killed")
+	r.declare(q)
+	cfg := persistence.SQLIdempotencyStoreConfig{ClaimTimeout: 2 * time.Second}
+
+	// A takes the message, claims it, and hangs in its handler; then its
+	// connection goes away under it, as a killed process's would.
+	connA, err := broker.Config{Ladder: r.ladder, Logger: testenv.Logger(t)}.Open(ctx, r.url)
+	require.NoError(t, err)
+	guardA, err := patterns.Idempotent(idemStore(t, db, tb, cfg))
+	require.NoError(t, err)
+	started, hang := make(chan struct{}), make(chan struct{})
+	consumerA, err := connA.Consume(ctx, q, func(context.Context, *broker.Message) broker.Ack {
+		close(started)
+		<-hang
+		return broker.Accept()
+	}, broker.Use(guardA), broker.Prefetch(1))
+	require.NoError(t, err)
+	require.NoError(t, r.admin.Publish(ctx, "charge", broker.To(q), broker.MessageID("killed-1")))
+	<-started
+	killCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	require.Error(t, connA.Close(killCtx), "A's handler is still running when its connection goes")
+	cancel()
+	defer func() {
+		close(hang)
+		<-consumerA.Done()
+	}()
+
+	// B gets the redelivery: in progress (A's claim is live) until the
+	// lease runs out, then taken over and run, without spending an attempt.
+	seen := newSettlements()
+	guardB, err := patterns.Idempotent(idemStore(t, db, tb, cfg), patterns.InProgressDelay(300*time.Millisecond))
+	require.NoError(t, err)
+	ran := make(chan *broker.Message, 1)
+	_, err = r.open().Consume(ctx, q, func(_ context.Context, m *broker.Message) broker.Ack {
+		ran <- m
+		return broker.Accept()
+	}, broker.Use(seen.middleware, guardB), broker.WithRetry(broker.Constant(2, 100*time.Millisecond)))
+	require.NoError(t, err)
+	select {
+	case m := <-ran:
+		require.Equal(t, "killed-1", m.ID)
+		require.Equal(t, 1, m.Attempt, "in-progress put-backs do not spend attempts")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the message was never taken over")
+	}
+	seen.await(t, 10*time.Second, func() bool { return seen.get(broker.OutcomeAccept.String()) == 1 })
+	require.GreaterOrEqual(t, seen.get(broker.OutcomeLabelInProgress), 1, "it was put back while A's lease was live")
+	st, err := r.admin.Transport().Inspect(ctx, q+broker.DeadLetterSuffix)
+	require.NoError(t, err)
+	require.Zero(t, st.Messages, "nothing dead-lettered")
+}

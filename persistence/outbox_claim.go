@@ -1,0 +1,189 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// Pending claims up to limit records (every claimable one when limit <= 0)
+// for this store under a lease, oldest first, and returns what the claim
+// won. Claimable are records with attempts left, older than the first
+// record anybody holds under a live lease, whose own lease is free.
+func (s *SQLOutboxStore) Pending(ctx context.Context, limit int) ([]patterns.OutboxRecord, error) {
+	var lim *int64
+	if limit > 0 {
+		n := int64(limit)
+		lim = &n
+	}
+	var out []patterns.OutboxRecord
+	err := inTx(ctx, s.db, func(tx pgx.Tx) error {
+		// Claimers queue here, so the first-live-lease rule below sees every
+		// lease committed before it.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "acemq-flow outbox "+s.t.Outbox); err != nil {
+			return fmt.Errorf("take the claim lock: %w", err)
+		}
+		rows, err := tx.Query(ctx, s.t.render(`
+			SELECT id FROM {{outbox}}
+			WHERE attempts < $1
+			  AND id < COALESCE((SELECT min(id) FROM {{outbox}} WHERE lease_until > now() AND attempts < $1), 9223372036854775807)
+			ORDER BY id LIMIT $2`), s.maxAttempts, lim)
+		if err != nil {
+			return fmt.Errorf("find claimable records: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		rows, err = tx.Query(ctx, s.t.render(`
+			UPDATE {{outbox}} SET lease_owner = $1, lease_until = now() + $2 * interval '1 second'
+			WHERE id = ANY($3) AND (lease_until IS NULL OR lease_until <= now())
+			RETURNING id, envelope, body, body_encoding, attempts, coalesce(last_error, ''), created_at`),
+			s.owner, s.lease.Seconds(), ids)
+		if err != nil {
+			return fmt.Errorf("claim records: %w", err)
+		}
+		out, err = pgx.CollectRows(rows, scanOutboxRecord)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: pending: %w", s.t.Outbox, err)
+	}
+	slices.SortFunc(out, func(a, b patterns.OutboxRecord) int { return outboxIDOrder(a.ID, b.ID) })
+	return out, nil
+}
+
+func outboxIDOrder(a, b string) int {
+	x, _ := strconv.ParseInt(a, 10, 64)
+	y, _ := strconv.ParseInt(b, 10, 64)
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+func scanOutboxRecord(row pgx.CollectableRow) (patterns.OutboxRecord, error) {
+	var (
+		id                  int64
+		env, body, encoding string
+		attempts            int32
+		lastError           string
+		created             time.Time
+	)
+	if err := row.Scan(&id, &env, &body, &encoding, &attempts, &lastError, &created); err != nil {
+		return patterns.OutboxRecord{}, err
+	}
+	e, err := decodeEnvelope(env)
+	if err != nil {
+		return patterns.OutboxRecord{}, fmt.Errorf("record %d: %w", id, err)
+	}
+	e.Message.Body, err = decodeBody(body, encoding)
+	if err != nil {
+		return patterns.OutboxRecord{}, fmt.Errorf("record %d: %w", id, err)
+	}
+	return patterns.OutboxRecord{
+		Outgoing:  broker.Outgoing{Exchange: e.Exchange, RoutingKey: e.RoutingKey, Mandatory: true, Message: e.Message},
+		ID:        strconv.FormatInt(id, 10),
+		Attempts:  int(attempts),
+		LastError: lastError,
+		CreatedAt: created,
+	}, nil
+}
+
+// MarkPublished removes the records with the given ids: the broker has
+// confirmed them.
+func (s *SQLOutboxStore) MarkPublished(ctx context.Context, ids ...string) error {
+	n, err := parseOutboxIDs(ids)
+	if err != nil || len(n) == 0 {
+		return err
+	}
+	if _, err := s.db.Exec(ctx, s.t.render(`DELETE FROM {{outbox}} WHERE id = ANY($1)`), n); err != nil {
+		return fmt.Errorf("outbox %s: mark published: %w", s.t.Outbox, err)
+	}
+	return nil
+}
+
+// MarkFailed counts one refused attempt of the record, keeps cause as its
+// last error, and releases its lease.
+func (s *SQLOutboxStore) MarkFailed(ctx context.Context, id string, cause error) error {
+	n, err := parseOutboxIDs([]string{id})
+	if err != nil {
+		return err
+	}
+	_, err = s.db.Exec(ctx, s.t.render(`
+		UPDATE {{outbox}} SET attempts = attempts + 1, last_error = $2, lease_owner = NULL, lease_until = NULL
+		WHERE id = $1`), n[0], errorText(cause))
+	if err != nil {
+		return fmt.Errorf("outbox %s: mark %s failed: %w", s.t.Outbox, id, err)
+	}
+	return nil
+}
+
+// Release gives up this store's leases on the given records without
+// counting an attempt; another claimant's leases are left alone.
+func (s *SQLOutboxStore) Release(ctx context.Context, ids ...string) error {
+	n, err := parseOutboxIDs(ids)
+	if err != nil || len(n) == 0 {
+		return err
+	}
+	_, err = s.db.Exec(ctx, s.t.render(`
+		UPDATE {{outbox}} SET lease_owner = NULL, lease_until = NULL
+		WHERE id = ANY($1) AND lease_owner = $2`), n, s.owner)
+	if err != nil {
+		return fmt.Errorf("outbox %s: release: %w", s.t.Outbox, err)
+	}
+	return nil
+}
+
+// OutboxStats counts an outbox's records.
+type OutboxStats struct {
+	// Pending records still have attempts left.
+	Pending int64
+	// Exhausted records were refused MaxAttempts times and are no longer
+	// claimed.
+	Exhausted int64
+}
+
+// Stats counts the records waiting and the records given up.
+func (s *SQLOutboxStore) Stats(ctx context.Context) (OutboxStats, error) {
+	var st OutboxStats
+	err := s.db.QueryRow(ctx, s.t.render(`
+		SELECT count(*) FILTER (WHERE attempts < $1), count(*) FILTER (WHERE attempts >= $1) FROM {{outbox}}`),
+		s.maxAttempts).Scan(&st.Pending, &st.Exhausted)
+	if err != nil {
+		return OutboxStats{}, fmt.Errorf("outbox %s: stats: %w", s.t.Outbox, err)
+	}
+	return st, nil
+}
+
+// Records reads up to limit records (all when limit <= 0) in order without
+// claiming them, given-up ones included: what somebody inspecting the
+// outbox looks at.
+func (s *SQLOutboxStore) Records(ctx context.Context, limit int) ([]patterns.OutboxRecord, error) {
+	var lim *int64
+	if limit > 0 {
+		n := int64(limit)
+		lim = &n
+	}
+	rows, err := s.db.Query(ctx, s.t.render(`
+		SELECT id, envelope, body, body_encoding, attempts, coalesce(last_error, ''), created_at
+		FROM {{outbox}} ORDER BY id LIMIT $1`), lim)
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: records: %w", s.t.Outbox, err)
+	}
+	recs, err := pgx.CollectRows(rows, scanOutboxRecord)
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: records: %w", s.t.Outbox, err)
+	}
+	return recs, nil
+}

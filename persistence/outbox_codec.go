@@ -1,0 +1,291 @@
+package persistence
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// Body encodings of the outbox's body_encoding column.
+const (
+	bodyUTF8   = "utf8"
+	bodyBase64 = "base64"
+)
+
+// errEnvelope is a stored envelope this version cannot read back.
+var errEnvelope = errors.New("unreadable outbox envelope")
+
+// encodeBody stores a body as text when PostgreSQL's text type can hold it
+// byte for byte, and base64 otherwise: text refuses invalid UTF-8 and the
+// NUL byte, and losing the message to a driver error is the worse trade.
+func encodeBody(b []byte) (string, string) {
+	if utf8.Valid(b) && bytes.IndexByte(b, 0) < 0 {
+		return string(b), bodyUTF8
+	}
+	return base64.StdEncoding.EncodeToString(b), bodyBase64
+}
+
+func decodeBody(s, encoding string) ([]byte, error) {
+	switch encoding {
+	case bodyUTF8:
+		return []byte(s), nil
+	case bodyBase64:
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: body: %w", errEnvelope, err)
+		}
+		return b, nil
+	default:
+		return nil, fmt.Errorf("%w: body encoding %q", errEnvelope, encoding)
+	}
+}
+
+// outboxEnvelope is everything of a record but its body, as stored: the
+// destination and the AMQP properties and headers, each value tagged with
+// its AMQP type so that it goes back on the wire exactly as it was prepared
+// (plain JSON would turn an int64 header into a float and bytes into text).
+type outboxEnvelope struct {
+	Exchange   string
+	RoutingKey string
+	Message    transport.Message // Body unused
+}
+
+func encodeEnvelope(e outboxEnvelope) (string, error) {
+	m := e.Message
+	t := transport.Table{
+		"exchange": e.Exchange, "routing_key": e.RoutingKey,
+		"message_id": m.MessageID, "correlation_id": m.CorrelationID, "type": m.Type,
+		"content_type": m.ContentType, "reply_to": m.ReplyTo, "expiration": m.Expiration,
+	}
+	if !m.Timestamp.IsZero() {
+		t["timestamp"] = m.Timestamp
+	}
+	if m.Headers != nil {
+		t["headers"] = m.Headers
+	}
+	v, err := typedValue(t)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+func decodeEnvelope(s string) (outboxEnvelope, error) {
+	var tv typed
+	if err := json.Unmarshal([]byte(s), &tv); err != nil {
+		return outboxEnvelope{}, fmt.Errorf("%w: %w", errEnvelope, err)
+	}
+	v, err := tv.value()
+	if err != nil {
+		return outboxEnvelope{}, err
+	}
+	t, ok := v.(transport.Table)
+	if !ok {
+		return outboxEnvelope{}, fmt.Errorf("%w: not a table", errEnvelope)
+	}
+	str := func(k string) string { s, _ := t[k].(string); return s }
+	e := outboxEnvelope{Exchange: str("exchange"), RoutingKey: str("routing_key")}
+	e.Message = transport.Message{
+		MessageID: str("message_id"), CorrelationID: str("correlation_id"), Type: str("type"),
+		ContentType: str("content_type"), ReplyTo: str("reply_to"), Expiration: str("expiration"),
+	}
+	e.Message.Timestamp, _ = t["timestamp"].(time.Time)
+	e.Message.Headers, _ = t["headers"].(transport.Table)
+	return e, nil
+}
+
+// typed is one AMQP field value: T names its type, V holds it. Numbers are
+// written as strings so that nothing passes through a float on the way
+// back, and NaN and infinities survive.
+type typed struct {
+	T string          `json:"t"`
+	V json.RawMessage `json:"v,omitempty"`
+}
+
+func typedValue(v any) (typed, error) {
+	raw := func(tag string, x any) (typed, error) {
+		b, err := json.Marshal(x)
+		return typed{T: tag, V: b}, err
+	}
+	num := func(tag string, n int64) (typed, error) { return raw(tag, strconv.FormatInt(n, 10)) }
+	switch x := v.(type) {
+	case nil:
+		return typed{T: "null"}, nil
+	case bool:
+		return raw("bool", x)
+	case int8:
+		return num("i8", int64(x))
+	case uint8:
+		return num("u8", int64(x))
+	case int16:
+		return num("i16", int64(x))
+	case uint16:
+		return num("u16", int64(x))
+	case int32:
+		return num("i32", int64(x))
+	case uint32:
+		return num("u32", int64(x))
+	case int64:
+		return num("i64", x)
+	case int:
+		return num("int", int64(x))
+	case float32:
+		return raw("f32", strconv.FormatFloat(float64(x), 'g', -1, 32))
+	case float64:
+		return raw("f64", strconv.FormatFloat(x, 'g', -1, 64))
+	case string:
+		if utf8.ValidString(x) {
+			return raw("str", x)
+		}
+		// JSON would replace the invalid bytes; keep them.
+		return raw("str64", base64.StdEncoding.EncodeToString([]byte(x)))
+	case []byte:
+		return raw("bytes", base64.StdEncoding.EncodeToString(x))
+	case time.Time:
+		return raw("time", x.Format(time.RFC3339Nano))
+	case transport.Table:
+		return typedTable(x)
+	case map[string]any:
+		return typedTable(transport.Table(x))
+	case []any:
+		out := make([]typed, len(x))
+		for i, e := range x {
+			tv, err := typedValue(e)
+			if err != nil {
+				return typed{}, err
+			}
+			out[i] = tv
+		}
+		return raw("array", out)
+	default:
+		return typed{}, fmt.Errorf("%w: %T", transport.ErrInvalidHeader, v)
+	}
+}
+
+func typedTable(t transport.Table) (typed, error) {
+	out := make(map[string]typed, len(t))
+	for k, e := range t {
+		if !utf8.ValidString(k) {
+			return typed{}, fmt.Errorf("%w: header name %q is not UTF-8", transport.ErrInvalidHeader, k)
+		}
+		tv, err := typedValue(e)
+		if err != nil {
+			return typed{}, fmt.Errorf("%q: %w", k, err)
+		}
+		out[k] = tv
+	}
+	b, err := json.Marshal(out)
+	return typed{T: "table", V: b}, err
+}
+
+func (tv typed) value() (any, error) {
+	bad := func(err error) (any, error) { return nil, fmt.Errorf("%w: %s value: %w", errEnvelope, tv.T, err) }
+	var s string
+	if strings.HasPrefix(tv.T, "i") || strings.HasPrefix(tv.T, "u") || strings.HasPrefix(tv.T, "f") ||
+		tv.T == "str" || tv.T == "str64" || tv.T == "bytes" || tv.T == "time" {
+		if err := json.Unmarshal(tv.V, &s); err != nil {
+			return bad(err)
+		}
+	}
+	intOf := func(bits int) (int64, error) { return strconv.ParseInt(s, 10, bits) }
+	uintOf := func(bits int) (uint64, error) { return strconv.ParseUint(s, 10, bits) }
+	var (
+		v   any
+		err error
+	)
+	switch tv.T {
+	case "null":
+		return nil, nil
+	case "bool":
+		var b bool
+		err = json.Unmarshal(tv.V, &b)
+		v = b
+	case "i8":
+		var n int64
+		n, err = intOf(8)
+		v = int8(n)
+	case "u8":
+		var n uint64
+		n, err = uintOf(8)
+		v = uint8(n)
+	case "i16":
+		var n int64
+		n, err = intOf(16)
+		v = int16(n)
+	case "u16":
+		var n uint64
+		n, err = uintOf(16)
+		v = uint16(n)
+	case "i32":
+		var n int64
+		n, err = intOf(32)
+		v = int32(n)
+	case "u32":
+		var n uint64
+		n, err = uintOf(32)
+		v = uint32(n)
+	case "i64":
+		v, err = intOf(64)
+	case "int":
+		var n int64
+		n, err = intOf(64)
+		v = int(n)
+	case "f32":
+		var f float64
+		f, err = strconv.ParseFloat(s, 32)
+		v = float32(f)
+	case "f64":
+		v, err = strconv.ParseFloat(s, 64)
+	case "str":
+		v = s
+	case "str64", "bytes":
+		var b []byte
+		b, err = base64.StdEncoding.DecodeString(s)
+		if tv.T == "str64" {
+			v = string(b)
+		} else {
+			v = b
+		}
+	case "time":
+		v, err = time.Parse(time.RFC3339Nano, s)
+	case "table":
+		var m map[string]typed
+		if err := json.Unmarshal(tv.V, &m); err != nil {
+			return bad(err)
+		}
+		t := make(transport.Table, len(m))
+		for k, e := range m {
+			if t[k], err = e.value(); err != nil {
+				return nil, err
+			}
+		}
+		return t, nil
+	case "array":
+		var list []typed
+		if err := json.Unmarshal(tv.V, &list); err != nil {
+			return bad(err)
+		}
+		out := make([]any, len(list))
+		for i, e := range list {
+			if out[i], err = e.value(); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("%w: unknown value type %q", errEnvelope, tv.T)
+	}
+	if err != nil {
+		return bad(err)
+	}
+	return v, nil
+}

@@ -1,0 +1,113 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrInvalidTableName: a table name is not a plain lower-case identifier.
+// Table names are the only caller data ever put into SQL text (no database
+// binds a table name as a parameter), so they are checked, not trusted.
+var ErrInvalidTableName = errors.New("invalid table name")
+
+// Default table names.
+const (
+	DefaultMigrationsTable    = "acemq_migrations"
+	DefaultOutboxTable        = "acemq_outbox"
+	DefaultIdempotencyTable   = "acemq_idempotency"
+	DefaultSchemasTable       = "acemq_schemas"
+	DefaultSchemaCounterTable = "acemq_schema_ids"
+)
+
+// maxTableName leaves room under PostgreSQL's 63-byte identifier limit for
+// the suffixes of the indexes named after a table.
+const maxTableName = 48
+
+var plainIdentifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// Tables names the tables of the stores and of Migrate. An empty field is
+// its default (DefaultOutboxTable, ...). Give every store and Migrate the
+// same Tables: Migrate creates the tables the stores then use.
+type Tables struct {
+	// Migrations records which migrations were applied.
+	Migrations string
+	// Outbox holds SQLOutboxStore's records; it is also the LISTEN/NOTIFY
+	// channel.
+	Outbox string
+	// Idempotency holds SQLIdempotencyStore's keys.
+	Idempotency string
+	// Schemas and SchemaCounter hold SQLSchemaRegistry's schemas and its id
+	// counter.
+	Schemas       string
+	SchemaCounter string
+}
+
+// Validate refuses a name that is not a plain lower-case identifier
+// (letters, digits and underscores, not starting with a digit, at most 48
+// bytes), and two tables given the same name.
+func (t Tables) Validate() error {
+	t = t.withDefaults()
+	seen := map[string]string{}
+	for _, f := range t.fields() {
+		if len(f.name) > maxTableName || !plainIdentifier.MatchString(f.name) {
+			return fmt.Errorf("%w: %s table %q: want a lower-case identifier of at most %d bytes ([a-z_][a-z0-9_]*)",
+				ErrInvalidTableName, f.role, f.name, maxTableName)
+		}
+		if other, dup := seen[f.name]; dup {
+			return fmt.Errorf("%w: %s and %s tables are both %q", ErrInvalidTableName, other, f.role, f.name)
+		}
+		seen[f.name] = f.role
+	}
+	return nil
+}
+
+type tableField struct{ role, name string }
+
+func (t Tables) fields() []tableField {
+	return []tableField{
+		{"migrations", t.Migrations}, {"outbox", t.Outbox}, {"idempotency", t.Idempotency},
+		{"schemas", t.Schemas}, {"schema counter", t.SchemaCounter},
+	}
+}
+
+func (t Tables) withDefaults() Tables {
+	def := func(s *string, d string) {
+		if *s == "" {
+			*s = d
+		}
+	}
+	def(&t.Migrations, DefaultMigrationsTable)
+	def(&t.Outbox, DefaultOutboxTable)
+	def(&t.Idempotency, DefaultIdempotencyTable)
+	def(&t.Schemas, DefaultSchemasTable)
+	def(&t.SchemaCounter, DefaultSchemaCounterTable)
+	return t
+}
+
+// checked validates t and returns it with defaults filled in.
+func (t Tables) checked() (Tables, error) {
+	if err := t.Validate(); err != nil {
+		return Tables{}, err
+	}
+	return t.withDefaults(), nil
+}
+
+// render replaces the table placeholders of a statement with the quoted,
+// validated names: the only way anything but a bound parameter gets into
+// SQL here.
+func (t Tables) render(sql string) string {
+	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
+	return strings.NewReplacer(
+		"{{migrations}}", q(t.Migrations),
+		"{{outbox}}", q(t.Outbox),
+		"{{outbox_leased_idx}}", q(t.Outbox+"_leased_idx"),
+		"{{idempotency}}", q(t.Idempotency),
+		"{{idempotency_expires_idx}}", q(t.Idempotency+"_expires_idx"),
+		"{{schemas}}", q(t.Schemas),
+		"{{schema_counter}}", q(t.SchemaCounter),
+	).Replace(sql)
+}

@@ -114,8 +114,12 @@ func (k *Consumer) subscribe(ctx context.Context) error {
 	}
 	k.sub = sub
 	var workers sync.WaitGroup
-	for range k.cfg.concurrency {
-		workers.Go(k.work)
+	if k.cfg.orderBy != nil {
+		k.startOrdered(&workers)
+	} else {
+		for range k.cfg.concurrency {
+			workers.Go(k.work)
+		}
 	}
 	go func() {
 		workers.Wait()
@@ -135,21 +139,26 @@ func (k *Consumer) subscribe(ctx context.Context) error {
 
 func (k *Consumer) work() {
 	for d := range k.sub.Deliveries() {
-		if k.stopping.Load() {
-			// Handed over after Cancel began: it goes back unhandled rather
-			// than starting a handler the deadline may not let finish. A
-			// stream delivery is left unsettled instead: nothing can be put
-			// back on a stream, and the reader's position does not move.
-			if k.cfg.stream {
-				continue
-			}
-			if err := d.Nack(true); err != nil {
-				k.conn.log.Debug("requeue on cancel", slog.String("queue", k.queue), slog.Any("error", err))
-			}
-			continue
+		if !k.requeueIfStopping(d) {
+			k.handle(d)
 		}
-		k.handle(d)
 	}
+}
+
+// requeueIfStopping hands back a delivery that arrived after Cancel began,
+// rather than starting a handler the deadline may not let finish. A stream
+// delivery is left unsettled instead: nothing can be put back on a stream,
+// and the reader's position does not move.
+func (k *Consumer) requeueIfStopping(d *transport.Delivery) bool {
+	if !k.stopping.Load() {
+		return false
+	}
+	if !k.cfg.stream {
+		if err := d.Nack(true); err != nil {
+			k.conn.log.Debug("requeue on cancel", slog.String("queue", k.queue), slog.Any("error", err))
+		}
+	}
+	return true
 }
 
 // Queue is the queue the consumer reads.
@@ -186,8 +195,14 @@ func (k *Consumer) Cancel(ctx context.Context) error {
 // process handles one delivery of an ordinary consumer.
 func (k *Consumer) process(d *transport.Delivery) {
 	start := time.Now()
-	tel := k.conn.tel
 	m, err := k.message(d, start)
+	k.processMessage(d, m, err, start)
+}
+
+// processMessage handles a delivery already turned into a message (or that
+// could not be: err says why, and it is parked).
+func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, start time.Time) {
+	tel := k.conn.tel
 	if err != nil {
 		tel.settled(k.handlerCtx, k.queue, k.park(d, err.Error()), time.Since(start))
 		return

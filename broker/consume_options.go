@@ -21,6 +21,7 @@ type consumeConfig struct {
 	resumeArgs      func() Table
 	stream          bool
 	retrySet        bool
+	orderBy         func(*Message) string
 }
 
 type consumeOpt func(*consumeConfig) error
@@ -106,6 +107,24 @@ func OnStream() ConsumeOption {
 	return consumeOpt(func(c *consumeConfig) error {
 		c.stream = true
 		c.declare = false
+		return nil
+	})
+}
+
+// OrderBy handles messages with the same key one at a time, in the order
+// the queue delivered them, while messages with different keys run
+// concurrently (up to Concurrency). A message whose key is "" is not
+// ordered against anything. Only the consumer knows the delivery order, so
+// this is the option to reach for when a later message about the same thing
+// must not overtake an earlier one at a concurrency above one; see also
+// patterns.OrderedBy. Across consumers and processes, ordering is a routing
+// decision (patterns.PartitionedRoutingKey).
+func OrderBy(key func(*Message) string) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		if key == nil {
+			return invalid("nil ordering key")
+		}
+		c.orderBy = key
 		return nil
 	})
 }

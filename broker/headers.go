@@ -39,3 +39,15 @@ var brokerHeaders = []string{
 	"x-last-death-reason", "x-last-death-queue", "x-last-death-exchange", "original-expiration",
 	"x-delivery-count",
 }
+
+// StripBrokerHeaders deletes from h the headers RabbitMQ adds when it
+// dead-letters or redelivers a message (x-death, x-first-death-*,
+// x-last-death-*, original-expiration, x-delivery-count). Call it on a
+// copy of a delivery's headers before publishing the message elsewhere:
+// RabbitMQ silently drops a message whose x-death shows it cycling through
+// queues with no rejection in the loop.
+func StripBrokerHeaders(h Table) {
+	for _, k := range brokerHeaders {
+		delete(h, k)
+	}
+}

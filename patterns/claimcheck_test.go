@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
@@ -175,14 +176,14 @@ func (failingClaimCheckStore) Delete(context.Context, string) error { return err
 // TestClaimCheckThroughRabbitMQ: a 1 MiB document leaves fewer than 100
 // bytes on the broker, and a consumer reads the document back whole.
 func TestClaimCheckThroughRabbitMQ(t *testing.T) {
-	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
 		store, err := patterns.NewFilesystemClaimCheckStore(t.TempDir())
 		require.NoError(t, err)
 		codec, err := patterns.NewClaimCheckCodec(broker.JSON, store)
 		require.NoError(t, err)
-		conn := h.open(broker.Config{Codec: codec})
-		q := h.queue("claimcheck")
+		conn := h.Open(broker.Config{Codec: codec})
+		q := h.Queue("claimcheck")
 		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
 
 		doc := map[string]string{"scan": strings.Repeat("0123456789abcdef", 1<<16)} // 1 MiB of payload
@@ -190,7 +191,7 @@ func TestClaimCheckThroughRabbitMQ(t *testing.T) {
 
 		var raw []byte
 		require.Eventually(t, func() bool {
-			d, err := h.admin.Transport().Get(ctx, q)
+			d, err := h.Admin.Transport().Get(ctx, q)
 			require.NoError(t, err)
 			if d == nil {
 				return false
@@ -213,6 +214,6 @@ func TestClaimCheckThroughRabbitMQ(t *testing.T) {
 			return nil
 		}), broker.WithRetry(broker.NoRetry()))
 		require.NoError(t, err)
-		require.Equal(t, doc, opsRecv(t, got, 10*time.Second))
+		require.Equal(t, doc, brokertest.Next(t, got, 10*time.Second))
 	})
 }

@@ -3,6 +3,9 @@ package patterns_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -31,17 +34,32 @@ func ExampleOrdered() {
 	}
 	defer conn.Close(ctx)
 
-	handled := make(chan string, 3)
+	var mu sync.Mutex
+	running := map[string]int{}
+	handled := make(chan string, 6)
+	// Events of one order are handled one at a time; different orders run
+	// concurrently on the consumer's 16 handlers.
 	apply := patterns.Ordered("x-order-id", func(_ context.Context, m *broker.Message) broker.Ack {
-		var event string
-		if err := m.Decode(&event); err != nil {
-			return broker.Reject(err)
-		}
-		handled <- event
+		key := m.Headers["x-order-id"].(string)
+		mu.Lock()
+		running[key]++
+		alone := running[key] == 1
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // the work
+		mu.Lock()
+		running[key]--
+		mu.Unlock()
+		handled <- fmt.Sprintf("%s alone: %t", key, alone)
 		return broker.Accept()
 	})
-	for _, event := range []string{"placed", "paid", "cancelled"} {
-		if err := conn.Publish(ctx, event, broker.To("orders.events"), broker.Header("x-order-id", "o-1")); err != nil {
+	// Declared first, so the events published before the consumer starts
+	// wait for it.
+	if err := conn.Declare(ctx, broker.ConsumerTopology("orders.events")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, order := range []string{"o-1", "o-2", "o-1", "o-2", "o-1", "o-2"} {
+		if err := conn.Publish(ctx, "event", broker.To("orders.events"), broker.Header("x-order-id", order)); err != nil {
 			fmt.Println(err)
 			return
 		}
@@ -50,7 +68,17 @@ func ExampleOrdered() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(<-handled, <-handled, <-handled)
+	lines := make([]string, 0, 6)
+	for range 6 {
+		lines = append(lines, <-handled)
+	}
+	slices.Sort(lines)
+	fmt.Println(strings.Join(lines, "\n"))
 	// Output:
-	// placed paid cancelled
+	// o-1 alone: true
+	// o-1 alone: true
+	// o-1 alone: true
+	// o-2 alone: true
+	// o-2 alone: true
+	// o-2 alone: true
 }

@@ -38,7 +38,11 @@ func ExampleReplay() {
 			return strings.Contains(env.Error, "timeout")
 		}),
 		patterns.ReplayLimit(500))
-	fmt.Println(result, err)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(result)
 	// Output:
 	// moved 1, skipped 1 (drained)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
@@ -16,10 +17,10 @@ import (
 // hold a message at the same time, which one consumer with prefetch 1
 // could not.
 func TestConsumerGroupMembersWorkAtOnce(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("group")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("group")
 		const size = 4
 		var mu sync.Mutex
 		inFlight, handled := 0, 0
@@ -45,17 +46,17 @@ func TestConsumerGroupMembersWorkAtOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, size, g.Size())
 		require.Equal(t, q, g.Queue())
-		require.Equal(t, size, h.consumers(q))
+		require.Equal(t, size, h.Consumers(q))
 		for i := range 2 * size {
 			require.NoError(t, conn.Publish(ctx, i, broker.To(q)))
 		}
-		opsRecv(t, allIn, 10*time.Second)
+		brokertest.Next(t, allIn, 10*time.Second)
 		close(release)
-		opsRecv(t, done, 10*time.Second)
+		brokertest.Next(t, done, 10*time.Second)
 		require.NoError(t, g.Close(ctx))
 		require.NoError(t, g.Close(ctx), "idempotent")
-		require.Zero(t, h.consumers(q))
-		require.Zero(t, h.depth(q), "every message handled and acknowledged")
+		require.Zero(t, h.Consumers(q))
+		require.Zero(t, h.Depth(q), "every message handled and acknowledged")
 	})
 }
 
@@ -64,15 +65,15 @@ func TestConsumerGroupMembersWorkAtOnce(t *testing.T) {
 // The queue is classic: RabbitMQ 3.10 does not refuse a second exclusive
 // consumer on a quorum queue.
 func TestConsumerGroupStopsTheStartedOnFailure(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("group-fail")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("group-fail")
 		require.NoError(t, conn.Declare(ctx, broker.Topology{Queues: []broker.Queue{{Name: q, Durable: true, Args: broker.Table{"x-queue-type": "classic"}}}}))
 		_, err := patterns.NewConsumerGroup(ctx, conn, q, 3, streamAccept, broker.Existing(), broker.Exclusive())
 		require.Error(t, err)
 		require.ErrorContains(t, err, "member 2 of 3 did not start")
-		require.Zero(t, h.consumers(q), "the member that started was stopped")
+		require.Zero(t, h.Consumers(q), "the member that started was stopped")
 	})
 }
 
@@ -80,10 +81,10 @@ func TestConsumerGroupStopsTheStartedOnFailure(t *testing.T) {
 // deadline; Close still stops all of them within that one deadline and
 // returns the refusal afterwards.
 func TestConsumerGroupCloseStopsEveryMember(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("group-close")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("group-close")
 		stuck := make(chan struct{})
 		release := make(chan struct{})
 		g, err := patterns.NewConsumerGroup(ctx, conn, q, 3, func(ctx context.Context, _ *broker.Message) broker.Ack {
@@ -93,7 +94,7 @@ func TestConsumerGroupCloseStopsEveryMember(t *testing.T) {
 		}, broker.Prefetch(1))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "slow", broker.To(q)))
-		opsRecv(t, stuck, 10*time.Second)
+		brokertest.Next(t, stuck, 10*time.Second)
 
 		closeCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
@@ -107,13 +108,13 @@ func TestConsumerGroupCloseStopsEveryMember(t *testing.T) {
 		require.NoError(t, conn.Publish(ctx, "after", broker.To(q)))
 		close(release)
 		require.NoError(t, g.Wait(ctx))
-		require.Equal(t, 1, h.depth(q), "no member took a delivery after Close")
+		require.Equal(t, 1, h.Depth(q), "no member took a delivery after Close")
 	})
 }
 
 func TestConsumerGroupRefusals(t *testing.T) {
 	t.Parallel()
-	ctx := opsCtx(t)
+	ctx := brokertest.Ctx(t)
 	conn, err := broker.Open(ctx, "memory://")
 	require.NoError(t, err)
 	defer conn.Close(context.Background())

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
@@ -94,10 +95,10 @@ func TestWithLogging(t *testing.T) {
 // TestMiddlewareOnConsumer: a chain given to Consume through broker.Use
 // behaves as the wrapped handler would.
 func TestMiddlewareOnConsumer(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		q := h.queue("chained")
-		conn := h.open(broker.Config{})
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		q := h.Queue("chained")
+		conn := h.Open(broker.Config{})
 		seen := make(chan int, 8)
 		_, err := conn.Consume(ctx, q, func(ctx context.Context, m *broker.Message) broker.Ack {
 			seen <- m.Attempt
@@ -109,17 +110,17 @@ func TestMiddlewareOnConsumer(t *testing.T) {
 			broker.WithRetry(broker.Constant(3, 50*time.Millisecond)))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "x", broker.To(q)))
-		require.Equal(t, 1, flowNext(t, seen, 10*time.Second))
-		require.Equal(t, 2, flowNext(t, seen, 10*time.Second), "the overrun was retried")
+		require.Equal(t, 1, brokertest.Next(t, seen, 10*time.Second))
+		require.Equal(t, 2, brokertest.Next(t, seen, 10*time.Second), "the overrun was retried")
 	})
 }
 
 func TestThenPublish(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		in, out := h.queue("orders-new"), h.queue("shipments")
-		conn := h.open(broker.Config{})
-		shipped := flowSink(t, conn, out)
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		in, out := h.Queue("orders-new"), h.Queue("shipments")
+		conn := h.Open(broker.Config{})
+		shipped := h.Sink(conn, out)
 		next, err := patterns.ThenPublish(conn, func(_ context.Context, m *broker.Message) (any, error) {
 			var order map[string]any
 			if err := m.Decode(&order); err != nil {
@@ -137,34 +138,34 @@ func TestThenPublish(t *testing.T) {
 		require.NoError(t, conn.Publish(ctx, map[string]any{"order_id": "o-1", "digital": true}, broker.To(in)))
 		require.NoError(t, conn.Publish(ctx, map[string]any{"order_id": "o-2"}, broker.To(in),
 			broker.MessageID("order-msg"), broker.CorrelationID("business-2")))
-		m := flowNext(t, shipped, 10*time.Second)
+		m := brokertest.Next(t, shipped, 10*time.Second).Msg
 		require.JSONEq(t, `{"order_id":"o-2"}`, string(m.Body), "nil published nothing; the next one continued")
 		require.Equal(t, "business-2", m.CorrelationID, "the correlation goes forward")
 		require.Equal(t, "order-msg", m.CausationID, "the causation records what produced it")
 		require.Equal(t, "shipment.requested", m.Type)
-		flowNothing(t, shipped, 200*time.Millisecond)
+		brokertest.Nothing(t, shipped, 200*time.Millisecond)
 	})
 }
 
 // TestThenPublishUnboundRetries: a destination nothing is bound to
 // retries the input rather than the broker dropping the output.
 func TestThenPublishUnboundRetries(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		in := h.queue("then-unbound")
-		conn := h.open(broker.Config{})
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		in := h.Queue("then-unbound")
+		conn := h.Open(broker.Config{})
 		attempts := make(chan int, 8)
 		next, err := patterns.ThenPublish(conn, func(_ context.Context, m *broker.Message) (any, error) {
 			attempts <- m.Attempt
 			return "on", nil
-		}, broker.To(h.queue("unbound")))
+		}, broker.To(h.Queue("unbound")))
 		require.NoError(t, err)
 		_, err = conn.Consume(ctx, in, next, broker.WithRetry(broker.Constant(2, 50*time.Millisecond)))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "x", broker.To(in), broker.MessageID("input")))
-		require.Equal(t, 1, flowNext(t, attempts, 10*time.Second))
-		require.Equal(t, 2, flowNext(t, attempts, 10*time.Second))
-		d := h.get(in+broker.DeadLetterSuffix, 10*time.Second)
+		require.Equal(t, 1, brokertest.Next(t, attempts, 10*time.Second))
+		require.Equal(t, 2, brokertest.Next(t, attempts, 10*time.Second))
+		d := h.Get(in+broker.DeadLetterSuffix, 10*time.Second)
 		require.Equal(t, "input", d.MessageID)
 		require.Contains(t, d.Headers[broker.HeaderError], "returned")
 	})

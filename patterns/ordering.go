@@ -66,8 +66,13 @@ func orderKeyOf[K OrderingKey](key K) OrderKey {
 // run concurrently (give the consumer broker.Concurrency above one). A
 // message whose key is empty is handled at once, with no ordering.
 //
-// It orders the handling of messages already delivered to this consumer:
-// it cannot reorder what the broker delivered out of order, and with
+// It orders the handling of messages as they reach it, which at a
+// concurrency above one is not quite the order they were delivered in: two
+// deliveries of one key taken back to back by two workers can reach it in
+// either order. For strict delivery order per key, let the consumer do the
+// ordering with OrderedBy, which sees the deliveries in queue order.
+//
+// It cannot reorder what the broker delivered out of order, and with
 // several consumers on one queue it orders only within each. Ordering
 // across processes is a routing decision: see Partition. A message that
 // is still waiting for its turn when the consumer's context ends (Cancel
@@ -93,6 +98,26 @@ func Ordered[K OrderingKey](key K, h broker.Handler) broker.Handler {
 		defer locks.release(key, slot)
 		return h(ctx, m)
 	}
+}
+
+// OrderedBy is a consume option that has the consumer itself hand messages
+// with the same key to its handlers one at a time and in the order the
+// queue delivered them, while messages with different keys run
+// concurrently; an empty key is not ordered. It takes the same keys as
+// Ordered and is the one to use when a later message about the same thing
+// must never overtake an earlier one at a concurrency above one:
+//
+//	conn.Consume(ctx, "orders.new", h, broker.Concurrency(16), patterns.OrderedBy("x-order-id"))
+//
+// Like Ordered it orders within one consumer; across consumers and
+// processes ordering is a routing decision (Partition). A nil key function
+// is refused by Consume.
+func OrderedBy[K OrderingKey](key K) broker.ConsumeOption {
+	k := orderKeyOf(key)
+	if k == nil {
+		return broker.OrderBy(nil)
+	}
+	return broker.OrderBy(k)
 }
 
 // WithOrdering is Ordered as a middleware, for when ordering belongs in a

@@ -11,18 +11,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
 // orderingRun publishes perKey messages for each of keys keys,
-// interleaved, then consumes them through Ordered with concurrency and returns
+// interleaved, then consumes them with concurrency, ordered by order (which
+// wraps the handler and may add consume options), and returns
 // the messages handled per second and how many messages overtook an
 // earlier one of their key. It fails the test if two messages of one key
 // ever ran at once.
-func orderingRun(t *testing.T, h *flowHarness, keys, perKey, concurrency int) (rate float64, overtaken int) {
-	ctx := flowCtx(t)
-	q := h.queue("ordered") // deleted after the connection closes
-	conn := h.open(broker.Config{})
+func orderingRun(t *testing.T, h *brokertest.Harness, keys, perKey, concurrency int,
+	order func(broker.Handler) (broker.Handler, []broker.ConsumeOption)) (rate float64, overtaken int) {
+	ctx := brokertest.Ctx(t)
+	q := h.Queue("ordered") // deleted after the connection closes
+	conn := h.Open(broker.Config{})
 	require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
 	// Round by round, the keys of a round published at once: every key's
 	// messages are in order on the queue and the keys are interleaved.
@@ -56,7 +59,7 @@ func orderingRun(t *testing.T, h *flowHarness, keys, perKey, concurrency int) (r
 		inFlight[fmt.Sprintf("order-%d", k)] = &atomic.Int32{}
 		last[fmt.Sprintf("order-%d", k)] = -1
 	}
-	handler := patterns.Ordered("x-order-id", func(_ context.Context, m *broker.Message) broker.Ack {
+	handler, opts := order(func(_ context.Context, m *broker.Message) broker.Ack {
 		key := m.Headers["x-order-id"].(string)
 		if n := running.Add(1); n > 1 {
 			overlap.Store(max(overlap.Load(), n))
@@ -84,8 +87,8 @@ func orderingRun(t *testing.T, h *flowHarness, keys, perKey, concurrency int) (r
 		return broker.Accept()
 	})
 	start := time.Now()
-	_, err := conn.Consume(ctx, q, handler, broker.Concurrency(concurrency), broker.Prefetch(4*concurrency),
-		broker.WithRetry(broker.NoRetry()))
+	_, err := conn.Consume(ctx, q, handler, append(opts, broker.Concurrency(concurrency), broker.Prefetch(4*concurrency),
+		broker.WithRetry(broker.NoRetry()))...)
 	require.NoError(t, err)
 	select {
 	case <-done:
@@ -111,21 +114,24 @@ func orderingRun(t *testing.T, h *flowHarness, keys, perKey, concurrency int) (r
 }
 
 // TestOrderedPerKeyOrder: with concurrency 16 and 20 interleaved keys,
-// 10,000 messages are handled one at a time per key, concurrently across
-// keys, and the whole goes faster than with concurrency 1.
-//
-// Order is asserted only as far as the broker lets a handler wrapper see
-// it: the consumer's workers take deliveries in queue order but reach the
-// handler in whatever order the scheduler runs them, so two deliveries of
-// one key taken back to back can swap before Ordered sees either. The
-// count of such swaps is logged; making it zero needs the consumer to
-// dispatch by key (or number its deliveries), which is the broker's to do.
+// 10,000 messages are handled one at a time per key and in queue order
+// (OrderedBy), concurrently across keys, and the whole goes faster than with
+// concurrency 1. Ordered, the handler wrapper, keeps one key to one handler
+// at a time at any concurrency, and at concurrency 1 the queue's order.
 func TestOrderedPerKeyOrder(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		concurrent, _ := orderingRun(t, h, 20, 500, 16)
-		serial, overtaken := orderingRun(t, h, 20, 20, 1)
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		byConsumer := func(h broker.Handler) (broker.Handler, []broker.ConsumeOption) {
+			return h, []broker.ConsumeOption{patterns.OrderedBy("x-order-id")}
+		}
+		byWrapper := func(h broker.Handler) (broker.Handler, []broker.ConsumeOption) {
+			return patterns.Ordered("x-order-id", h), nil
+		}
+		concurrent, overtaken := orderingRun(t, h, 20, 500, 16, byConsumer)
+		require.Zero(t, overtaken, "no message overtook an earlier one of its key")
+		serial, overtaken := orderingRun(t, h, 20, 20, 1, byWrapper)
 		require.Zero(t, overtaken, "with one worker the order is the queue's")
 		require.Greater(t, concurrent, serial, "ordering per key keeps concurrency across keys")
+		_, _ = orderingRun(t, h, 20, 25, 16, byWrapper) // fails on two of one key at once
 	})
 }
 
@@ -159,8 +165,8 @@ func TestOrderedEmptyKeyIsUnordered(t *testing.T) {
 	for range 2 {
 		wg.Go(func() { h(t.Context(), &broker.Message{Headers: broker.Table{"k": ""}}) })
 	}
-	flowNext(t, entered, 5*time.Second)
-	flowNext(t, entered, 5*time.Second)
+	brokertest.Next(t, entered, 5*time.Second)
+	brokertest.Next(t, entered, 5*time.Second)
 	close(release)
 	wg.Wait()
 }

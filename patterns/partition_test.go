@@ -15,8 +15,8 @@ import (
 func TestPartitionVectors(t *testing.T) {
 	t.Parallel()
 	vectors := []struct {
-		key                string
-		fnv                uint32
+		key               string
+		fnv               uint32
 		mod8, mod3, mod16 int
 	}{
 		{"", 0x811c9dc5, 5, 1, 5},

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/acemq/acemq-flow/broker"
-	"github.com/acemq/acemq-flow/internal/testenv"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
@@ -51,7 +51,7 @@ func pipelineStage(t *testing.T, conn *broker.Conn, p *patterns.Pipeline, step s
 		return fn(ctx, m)
 	}, opts...)
 	require.NoError(t, err)
-	_, err = conn.Consume(flowCtx(t), p.QueueFor(step), h, broker.WithRetry(broker.Constant(3, 100*time.Millisecond)))
+	_, err = conn.Consume(brokertest.Ctx(t), p.QueueFor(step), h, broker.WithRetry(broker.Constant(3, 100*time.Millisecond)))
 	require.NoError(t, err)
 	return seen
 }
@@ -100,11 +100,11 @@ func pipelineDurations(rm metricdata.ResourceMetrics, pipeline string) (count ui
 }
 
 func TestPipelineRunAndMetrics(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
 		reader := sdkmetric.NewManualReader()
-		conn := h.open(broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
-		p := h.pipeline("validate", "charge", "ship")
+		conn := h.Open(broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+		p := declarePipeline(h, "validate", "charge", "ship")
 		pass := func(_ context.Context, m *broker.Message) (any, error) {
 			var s string
 			if err := m.Decode(&s); err != nil {
@@ -121,9 +121,9 @@ func TestPipelineRunAndMetrics(t *testing.T) {
 
 		runID, err := p.Start(ctx, conn, "parcel", broker.Mandatory())
 		require.NoError(t, err)
-		first := flowNext(t, validate, 10*time.Second)
-		flowNext(t, charge, 10*time.Second)
-		last := flowNext(t, ship, 10*time.Second)
+		first := brokertest.Next(t, validate, 10*time.Second)
+		brokertest.Next(t, charge, 10*time.Second)
+		last := brokertest.Next(t, ship, 10*time.Second)
 		require.Equal(t, p.Steps(), first.Route)
 		require.Equal(t, 0, first.RoutePosition)
 		require.Equal(t, p.Steps(), last.Route)
@@ -135,8 +135,8 @@ func TestPipelineRunAndMetrics(t *testing.T) {
 
 		_, err = p.Start(ctx, conn, "digital")
 		require.NoError(t, err)
-		flowNext(t, validate, 10*time.Second)
-		flowNothing(t, charge, 300*time.Millisecond)
+		brokertest.Next(t, validate, 10*time.Second)
+		brokertest.Nothing(t, charge, 300*time.Millisecond)
 
 		var rm metricdata.ResourceMetrics
 		require.Eventually(t, func() bool {
@@ -158,20 +158,16 @@ func TestPipelineRunAndMetrics(t *testing.T) {
 // service, say) publishes into the middle of a pipeline, with nothing but
 // the three route headers, is followed to the end and keeps its run id.
 func TestPipelineInteropPlainClient(t *testing.T) {
-	flowOnRabbit(t, func(t *testing.T, h *flowHarness) {
-		conn := h.open(broker.Config{})
-		p := h.pipeline("validate", "charge", "ship")
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		conn := h.Open(broker.Config{})
+		p := declarePipeline(h, "validate", "charge", "ship")
 		charged := pipelineStage(t, conn, p, "charge", func(context.Context, *broker.Message) (any, error) {
 			return map[string]string{"charged": "yes"}, nil
 		})
 		shipped := pipelineStage(t, conn, p, "ship", func(context.Context, *broker.Message) (any, error) { return nil, nil })
 
-		plain, err := amqp.Dial(testenv.RabbitURL(t))
-		require.NoError(t, err)
-		defer plain.Close()
-		ch, err := plain.Channel()
-		require.NoError(t, err)
-		require.NoError(t, ch.PublishWithContext(flowCtx(t), p.Name(), "charge", true, false, amqp.Publishing{
+		ch := h.Plain()
+		require.NoError(t, ch.PublishWithContext(brokertest.Ctx(t), p.Name(), "charge", true, false, amqp.Publishing{
 			ContentType: "application/json",
 			MessageId:   "java-msg-1",
 			Body:        []byte(`{"order":"o-1"}`),
@@ -181,9 +177,9 @@ func TestPipelineInteropPlainClient(t *testing.T) {
 				"x-acemq-run-id":         "java-run-1",
 			},
 		}))
-		in := flowNext(t, charged, 10*time.Second)
+		in := brokertest.Next(t, charged, 10*time.Second)
 		require.Equal(t, "java-run-1", in.RunID)
-		last := flowNext(t, shipped, 10*time.Second)
+		last := brokertest.Next(t, shipped, 10*time.Second)
 		require.Equal(t, "java-run-1", last.RunID, "the run id is unchanged at the last step")
 		require.Equal(t, []string{"validate", "charge", "ship"}, last.Route)
 		require.Equal(t, 2, last.RoutePosition)
@@ -192,17 +188,17 @@ func TestPipelineInteropPlainClient(t *testing.T) {
 		var body map[string]string
 		require.NoError(t, last.Decode(&body))
 		require.Equal(t, "yes", body["charged"])
-		require.Eventually(t, func() bool { return h.depth(p.QueueFor("ship")) == 0 }, 5*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return h.Depth(p.QueueFor("ship")) == 0 }, 5*time.Second, 20*time.Millisecond)
 	})
 }
 
 // TestPipelineFormConversion: a step writes the form asked for; becoming a
 // route refuses a step the pipeline lacks.
 func TestPipelineFormConversion(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		conn := h.open(broker.Config{})
-		p := h.pipeline("validate", "charge", "ship")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		p := declarePipeline(h, "validate", "charge", "ship")
 		on := func(context.Context, *broker.Message) (any, error) { return "on", nil }
 		pipelineStage(t, conn, p, "validate", on, patterns.Write(patterns.Route))
 		pipelineStage(t, conn, p, "charge", on, patterns.Write(patterns.Slip))
@@ -212,7 +208,7 @@ func TestPipelineFormConversion(t *testing.T) {
 		// slip again.
 		runID, err := p.Slip().Start(ctx, conn, "in")
 		require.NoError(t, err)
-		last := flowNext(t, shipped, 10*time.Second)
+		last := brokertest.Next(t, shipped, 10*time.Second)
 		require.Nil(t, last.Route, "written as a slip")
 		slip, err := patterns.SlipFrom(last)
 		require.NoError(t, err)
@@ -225,7 +221,7 @@ func TestPipelineFormConversion(t *testing.T) {
 		foreign := patterns.NewRoutingSlip().Step("validate", p.Name(), "validate").Step("refund", "payments", "refund")
 		_, err = foreign.Start(ctx, conn, "in", broker.MessageID("foreign"))
 		require.NoError(t, err)
-		d := h.get(p.QueueFor("validate")+broker.DeadLetterSuffix, 10*time.Second)
+		d := h.Get(p.QueueFor("validate")+broker.DeadLetterSuffix, 10*time.Second)
 		require.Equal(t, "foreign", d.MessageID)
 		require.Contains(t, d.Headers[broker.HeaderError], "step not in the pipeline")
 	})
@@ -235,15 +231,15 @@ func TestPipelineFormConversion(t *testing.T) {
 // that has no pipeline cannot be sent on, and is given up before its step
 // runs.
 func TestPipelineRouteWithoutPipeline(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("orphan")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("orphan")
 		ran := slipStage(t, conn, q, func(context.Context, *broker.Message) (any, error) { return "on", nil })
 		require.NoError(t, conn.Publish(ctx, "x", broker.To(q), broker.Route([]string{"a", "b"}, 0), broker.RunID("r-1")))
-		d := h.get(q+broker.DeadLetterSuffix, 10*time.Second)
+		d := h.Get(q+broker.DeadLetterSuffix, 10*time.Second)
 		require.Contains(t, d.Headers[broker.HeaderError], patterns.ErrNoPipeline.Error())
 		require.Equal(t, "r-1", d.Headers[broker.HeaderRunID], "the run id survives the dead-letter")
-		flowNothing(t, ran, 100*time.Millisecond)
+		brokertest.Nothing(t, ran, 100*time.Millisecond)
 	})
 }

@@ -235,9 +235,7 @@ func (p *replayPass) copyOf(d *transport.Delivery, env broker.Envelope) (broker.
 	if msg.Headers == nil {
 		msg.Headers = broker.Table{}
 	}
-	for _, h := range replayBrokerHeaders {
-		delete(msg.Headers, h)
-	}
+	broker.StripBrokerHeaders(msg.Headers)
 	if p.cfg.restart {
 		msg.Headers[broker.HeaderAttempt] = int64(1)
 		delete(msg.Headers, broker.HeaderError)

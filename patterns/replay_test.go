@@ -1,7 +1,6 @@
 package patterns_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -12,7 +11,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/broker/transport"
-	"github.com/acemq/acemq-flow/internal/testenv"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
@@ -22,44 +21,19 @@ var replayFirstSeen = time.UnixMilli(1764489600123)
 // replaySeed puts n dead letters of queue q on q.dlq, in order, as a
 // consumer giving up on attempt 5 would have left them: {"n": i}, id m-i,
 // correlation c-i, run run-i.
-func replaySeed(h *opsHarness, conn *broker.Conn, q string, n int) {
-	h.t.Helper()
-	ctx := opsCtx(h.t)
+func replaySeed(h *brokertest.Harness, conn *broker.Conn, q string, n int) {
+	h.T.Helper()
+	ctx := brokertest.Ctx(h.T)
 	for i := range n {
 		out, err := conn.Prepare(ctx, map[string]int{"n": i}, broker.To(q+broker.DeadLetterSuffix), broker.Mandatory(),
 			broker.MessageID(fmt.Sprintf("m-%d", i)), broker.CorrelationID(fmt.Sprintf("c-%d", i)),
 			broker.RunID(fmt.Sprintf("run-%d", i)), broker.FirstSeen(replayFirstSeen), broker.Header("tenant", "acme"))
-		require.NoError(h.t, err)
+		require.NoError(h.T, err)
 		out.Message.Headers[broker.HeaderAttempt] = int64(5)
 		out.Message.Headers[broker.HeaderError] = fmt.Sprintf("timeout talking to the bank (%d)", i)
 		out.Message.Headers[broker.HeaderQueue] = q
-		require.NoError(h.t, conn.Send(ctx, out))
+		require.NoError(h.T, conn.Send(ctx, out))
 	}
-}
-
-// replayDrain takes every message off queue, in order.
-func replayDrain(h *opsHarness, queue string) []*transport.Delivery {
-	h.t.Helper()
-	ctx := opsCtx(h.t)
-	var all []*transport.Delivery
-	for {
-		d, err := h.admin.Transport().Get(ctx, queue)
-		require.NoError(h.t, err)
-		if d == nil {
-			return all
-		}
-		require.NoError(h.t, d.Ack())
-		all = append(all, d)
-	}
-}
-
-// replayDepth waits for queue to hold want ready messages: a returned
-// (nacked) message is not confirmed by the broker, so it may still be on
-// its way back when Replay returns.
-func replayDepth(h *opsHarness, queue string, want int) {
-	h.t.Helper()
-	require.Eventually(h.t, func() bool { return h.depth(queue) == want }, 10*time.Second, 10*time.Millisecond,
-		"%s should hold %d messages", queue, want)
 }
 
 // replayN is a seeded message's n.
@@ -78,10 +52,10 @@ func replayEveryFourth(_ broker.Envelope, body []byte) bool {
 // TestReplayInStages: 2,000 dead letters, a filter selecting one in four, a
 // first pass limited to 300 and a second that drains the rest.
 func TestReplayInStages(t *testing.T) {
-	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("replay")
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("replay")
 		dlq := q + broker.DeadLetterSuffix
 		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
 		replaySeed(h, conn, q, 2000)
@@ -102,14 +76,14 @@ func TestReplayInStages(t *testing.T) {
 		require.Equal(t, "moved 300, skipped 897 (limit)", res.String())
 		require.Equal(t, 300+897, calls, "progress after every message")
 		require.Equal(t, patterns.ReplayResult{Moved: 300, Skipped: 897}, last)
-		replayDepth(h, q, 300)
-		replayDepth(h, dlq, 1700)
+		h.WaitDepth(q, 300, 10*time.Second)
+		h.WaitDepth(dlq, 1700, 10*time.Second)
 
 		res, err = patterns.Replay(ctx, conn, dlq, patterns.ReplayFilter(replayEveryFourth))
 		require.NoError(t, err)
 		require.Equal(t, "moved 200, skipped 1500 (drained)", res.String())
 
-		replayed := replayDrain(h, q)
+		replayed := h.Drain(q)
 		require.Len(t, replayed, 500)
 		seen := map[int]bool{}
 		for _, d := range replayed {
@@ -131,7 +105,7 @@ func TestReplayInStages(t *testing.T) {
 		}
 		require.Len(t, seen, 500, "each selected message exactly once")
 
-		declined := replayDrain(h, dlq)
+		declined := h.Drain(dlq)
 		require.Len(t, declined, 1500)
 		prev := -1
 		for _, d := range declined {
@@ -149,15 +123,13 @@ func TestReplayInStages(t *testing.T) {
 // destination, so the first copy is returned; the replay stops with
 // ErrReplayFailed and every message is still in the dead-letter queue.
 func TestReplayToUnboundDestinationLosesNothing(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("replay-unbound")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("replay-unbound")
 		dlq := q + broker.DeadLetterSuffix
 		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
-		exchange := testenv.Name(t, "replay-nowhere")
-		require.NoError(t, conn.Declare(ctx, broker.Topology{Exchanges: []broker.Exchange{{Name: exchange, Kind: "direct", Durable: true}}}))
-		t.Cleanup(func() { _ = h.admin.Transport().DeleteExchange(context.Background(), exchange) })
+		exchange := h.Exchange("replay-nowhere")
 		replaySeed(h, conn, q, 50)
 
 		res, err := patterns.Replay(ctx, conn, dlq, patterns.ReplayTo(exchange, "orders.new"))
@@ -165,8 +137,8 @@ func TestReplayToUnboundDestinationLosesNothing(t *testing.T) {
 		require.ErrorIs(t, err, broker.ErrUnroutable)
 		require.Zero(t, res.Moved)
 		require.Empty(t, res.Reason)
-		replayDepth(h, dlq, 50)
-		left := replayDrain(h, dlq)
+		h.WaitDepth(dlq, 50, 10*time.Second)
+		left := h.Drain(dlq)
 		require.Len(t, left, 50, "nothing lost")
 		for i, d := range left {
 			require.Equal(t, i, replayN(t, d.Body), "and still in order")
@@ -176,11 +148,11 @@ func TestReplayToUnboundDestinationLosesNothing(t *testing.T) {
 
 // TestReplayRestartFalse: the copy is exactly what was there, stamped.
 func TestReplayRestartFalse(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("replay-audit")
-		audit := h.queue("replay-audit-copy")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("replay-audit")
+		audit := h.Queue("replay-audit-copy")
 		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q).Merge(broker.ConsumerTopology(audit))))
 		replaySeed(h, conn, q, 3)
 
@@ -192,7 +164,7 @@ func TestReplayRestartFalse(t *testing.T) {
 			patterns.ReplayInFlight(1))
 		require.NoError(t, err)
 		require.Equal(t, 3, res.Moved)
-		for i, d := range replayDrain(h, q+broker.DeadLetterSuffix) {
+		for i, d := range h.Drain(q + broker.DeadLetterSuffix) {
 			require.Equal(t, i, replayN(t, d.Body), "in flight 1 keeps the order")
 			require.Equal(t, int64(5), d.Headers[broker.HeaderAttempt])
 			require.Equal(t, fmt.Sprintf("timeout talking to the bank (%d)", i), d.Headers[broker.HeaderError])
@@ -203,10 +175,10 @@ func TestReplayRestartFalse(t *testing.T) {
 }
 
 func TestReplayRefusals(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("replay-refuse")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("replay-refuse")
 		dlq := q + broker.DeadLetterSuffix
 		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
 
@@ -229,7 +201,7 @@ func TestReplayRefusals(t *testing.T) {
 		require.ErrorIs(t, err, patterns.ErrReplayFailed, "a message with no x-acemq-queue has nowhere to go back to")
 		require.ErrorContains(t, err, "no-origin")
 		require.Equal(t, 2, res.Moved, "the ones before it were moved")
-		replayDepth(h, dlq, 1)
-		replayDepth(h, q, 2)
+		h.WaitDepth(dlq, 1, 10*time.Second)
+		h.WaitDepth(q, 2, 10*time.Second)
 	})
 }

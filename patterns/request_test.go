@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
@@ -37,16 +38,16 @@ func requestDouble(_ context.Context, m *broker.Message) (any, error) {
 }
 
 func TestRequestReplyRoundTrip(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
 		reader := sdkmetric.NewManualReader()
-		conn := h.open(broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
-		q := h.queue("price")
+		conn := h.Open(broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+		q := h.Queue("price")
 		responder, err := patterns.Serve(ctx, conn, q, requestDouble)
 		require.NoError(t, err)
 		prices, err := patterns.NewRequester(ctx, conn, q, 5*time.Second)
 		require.NoError(t, err)
-		h.cleanup(prices.ReplyQueue())
+		h.DeleteLater(prices.ReplyQueue())
 
 		var out requestPrice
 		require.NoError(t, prices.Call(ctx, requestPrice{SKU: "X-1", N: 21}, &out))
@@ -68,7 +69,7 @@ func TestRequestReplyRoundTrip(t *testing.T) {
 
 		require.NoError(t, prices.Close(ctx))
 		require.NoError(t, prices.Close(ctx), "idempotent")
-		_, err = h.admin.Transport().Inspect(ctx, prices.ReplyQueue())
+		_, err = h.Admin.Transport().Inspect(ctx, prices.ReplyQueue())
 		require.Error(t, err, "the reply queue went with the requester")
 		err = prices.Call(ctx, requestPrice{SKU: "X-1"}, &out)
 		require.ErrorIs(t, err, broker.ErrClosed)
@@ -103,14 +104,14 @@ func TestRequestReplyRoundTrip(t *testing.T) {
 }
 
 func TestRequestTimesOutAndExpires(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("nobody")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("nobody")
 		require.NoError(t, conn.Declare(ctx, broker.Topology{Queues: []broker.Queue{broker.QuorumQueue(q, nil)}}))
 		r, err := patterns.NewRequester(ctx, conn, q, 200*time.Millisecond)
 		require.NoError(t, err)
-		h.cleanup(r.ReplyQueue())
+		h.DeleteLater(r.ReplyQueue())
 		defer r.Close(ctx)
 
 		start := time.Now()
@@ -132,12 +133,12 @@ func TestRequestTimesOutAndExpires(t *testing.T) {
 		// Nobody answered: the requests carry an expiration no longer than
 		// the wait, so the broker discards them instead of a responder
 		// working on them later for nobody.
-		require.Eventually(t, func() bool { return h.depth(q) == 0 }, 10*time.Second, 20*time.Millisecond,
+		require.Eventually(t, func() bool { return h.Depth(q) == 0 }, 10*time.Second, 20*time.Millisecond,
 			"expired requests leave the queue")
 
 		nowhere, err := patterns.NewRequester(ctx, conn, q+".missing", time.Second)
 		require.NoError(t, err)
-		h.cleanup(nowhere.ReplyQueue())
+		h.DeleteLater(nowhere.ReplyQueue())
 		defer nowhere.Close(ctx)
 		require.ErrorIs(t, nowhere.Call(ctx, "to nowhere", nil), broker.ErrUnroutable, "a request nothing receives fails at once")
 		_, err = patterns.NewRequester(ctx, conn, "", time.Second)
@@ -148,17 +149,17 @@ func TestRequestTimesOutAndExpires(t *testing.T) {
 }
 
 func TestRequestWithoutReplyAddressIsDeadLettered(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("noreply")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("noreply")
 		responder, err := patterns.Serve(ctx, conn, q, requestDouble)
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, requestPrice{SKU: "X-1"}, broker.To(q), broker.MessageID("lost-1")))
-		require.Eventually(t, func() bool { return h.depth(q+broker.DeadLetterSuffix) == 1 }, 10*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return h.Depth(q+broker.DeadLetterSuffix) == 1 }, 10*time.Second, 20*time.Millisecond)
 		require.Equal(t, int64(1), responder.Unanswerable())
 		require.Zero(t, responder.Answered())
-		d, err := h.admin.Transport().Get(ctx, q+broker.DeadLetterSuffix)
+		d, err := h.Admin.Transport().Get(ctx, q+broker.DeadLetterSuffix)
 		require.NoError(t, err)
 		require.NotNil(t, d)
 		require.Equal(t, "lost-1", d.MessageID)
@@ -168,15 +169,15 @@ func TestRequestWithoutReplyAddressIsDeadLettered(t *testing.T) {
 }
 
 func TestRequestConcurrentCallers(t *testing.T) {
-	opsEach(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("concurrent")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("concurrent")
 		_, err := patterns.Serve(ctx, conn, q, requestDouble, broker.Concurrency(8))
 		require.NoError(t, err)
 		r, err := patterns.NewRequester(ctx, conn, q, 10*time.Second)
 		require.NoError(t, err)
-		h.cleanup(r.ReplyQueue())
+		h.DeleteLater(r.ReplyQueue())
 		defer r.Close(ctx)
 
 		const callers = 16
@@ -222,18 +223,14 @@ func TestReplyAddressHeaderFirst(t *testing.T) {
 // property, as the Java library did, gets its answer, matched by the
 // causation header and carrying its correlation id.
 func TestRequestInteropPlainClient(t *testing.T) {
-	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("interop")
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("interop")
 		_, err := patterns.Serve(ctx, conn, q, requestDouble)
 		require.NoError(t, err)
 
-		plain, err := amqp.Dial(h.url)
-		require.NoError(t, err)
-		defer plain.Close()
-		ch, err := plain.Channel()
-		require.NoError(t, err)
+		ch := h.Plain()
 		replies, err := ch.QueueDeclare("", false, true, true, false, nil)
 		require.NoError(t, err)
 		got, err := ch.Consume(replies.Name, "", true, true, false, false, nil)
@@ -245,7 +242,7 @@ func TestRequestInteropPlainClient(t *testing.T) {
 			ReplyTo:       replies.Name,
 			Body:          []byte(`{"sku":"X-1","n":5}`),
 		}))
-		d := opsRecv(t, got, 10*time.Second)
+		d := brokertest.Next(t, got, 10*time.Second)
 		require.Equal(t, "java-req-1", d.Headers[broker.HeaderCausationID])
 		require.Equal(t, "java-corr-1", d.CorrelationId)
 		var out requestPrice

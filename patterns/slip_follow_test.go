@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
@@ -23,19 +24,19 @@ func slipStage(t *testing.T, conn *broker.Conn, queue string, step patterns.Step
 		return step(ctx, m)
 	}, opts...)
 	require.NoError(t, err)
-	_, err = conn.Consume(flowCtx(t), queue, h, broker.WithRetry(broker.Constant(10, 100*time.Millisecond)))
+	_, err = conn.Consume(brokertest.Ctx(t), queue, h, broker.WithRetry(broker.Constant(10, 100*time.Millisecond)))
 	require.NoError(t, err)
 	return seen
 }
 
 func TestSlipFollowedToTheEnd(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		conn := h.open(broker.Config{})
-		ex := h.exchange("slip")
-		qs := map[string]string{"validate": h.queue("validate"), "charge": h.queue("charge"), "ship": h.queue("ship")}
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		ex := h.Exchange("slip")
+		qs := map[string]string{"validate": h.Queue("validate"), "charge": h.Queue("charge"), "ship": h.Queue("ship")}
 		for step, q := range qs {
-			h.bind(q, ex, "order."+step)
+			h.Bind(q, ex, "order."+step)
 		}
 		appendStep := func(name string) patterns.StepFunc {
 			return func(_ context.Context, m *broker.Message) (any, error) {
@@ -59,9 +60,9 @@ func TestSlipFollowedToTheEnd(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEmpty(t, runID)
 
-		first := flowNext(t, validate, 10*time.Second)
-		second := flowNext(t, charge, 10*time.Second)
-		last := flowNext(t, ship, 10*time.Second)
+		first := brokertest.Next(t, validate, 10*time.Second)
+		second := brokertest.Next(t, charge, 10*time.Second)
+		last := brokertest.Next(t, ship, 10*time.Second)
 
 		var trail []string
 		require.NoError(t, last.Decode(&trail))
@@ -85,45 +86,45 @@ func TestSlipFollowedToTheEnd(t *testing.T) {
 			require.True(t, d.At.After(before), "done step %s is stamped", d.Name)
 			require.Equal(t, ex, d.Exchange)
 		}
-		require.Eventually(t, func() bool { return h.depth(qs["ship"]) == 0 }, 5*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return h.Depth(qs["ship"]) == 0 }, 5*time.Second, 20*time.Millisecond)
 		for _, q := range qs {
-			require.Zero(t, h.depth(q+broker.DeadLetterSuffix))
+			require.Zero(t, h.Depth(q+broker.DeadLetterSuffix))
 		}
 	})
 }
 
 func TestSlipNilEndsTheRun(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		conn := h.open(broker.Config{})
-		ex := h.exchange("slip")
-		first, second := h.queue("first"), h.queue("second")
-		h.bind(first, ex, "first")
-		h.bind(second, ex, "second")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		ex := h.Exchange("slip")
+		first, second := h.Queue("first"), h.Queue("second")
+		h.Bind(first, ex, "first")
+		h.Bind(second, ex, "second")
 		firstSeen := slipStage(t, conn, first, func(context.Context, *broker.Message) (any, error) { return nil, nil })
 		secondSeen := slipStage(t, conn, second, func(context.Context, *broker.Message) (any, error) { return "more", nil })
 		_, err := patterns.NewRoutingSlip().Step("first", ex, "first").Step("second", ex, "second").Start(ctx, conn, "digital")
 		require.NoError(t, err)
-		flowNext(t, firstSeen, 10*time.Second)
-		require.Eventually(t, func() bool { return h.depth(first) == 0 }, 5*time.Second, 20*time.Millisecond,
+		brokertest.Next(t, firstSeen, 10*time.Second)
+		require.Eventually(t, func() bool { return h.Depth(first) == 0 }, 5*time.Second, 20*time.Millisecond,
 			"the input is accepted")
-		flowNothing(t, secondSeen, 300*time.Millisecond)
-		require.Zero(t, h.depth(first+broker.DeadLetterSuffix))
+		brokertest.Nothing(t, secondSeen, 300*time.Millisecond)
+		require.Zero(t, h.Depth(first+broker.DeadLetterSuffix))
 	})
 }
 
 // TestSlipUnparsableIsFatal: a slip that will not parse is given up at
 // once, without running the step and without a retry.
 func TestSlipUnparsableIsFatal(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		conn := h.open(broker.Config{})
-		q := h.queue("unparsable")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("unparsable")
 		var ran atomic.Int32
 		slipStage(t, conn, q, func(context.Context, *broker.Message) (any, error) { ran.Add(1); return "x", nil })
 		require.NoError(t, conn.Publish(ctx, "x", broker.To(q), broker.MessageID("bad-slip"),
 			broker.Header(broker.HeaderRoutingSlip, `{"itinerary": [`)))
-		d := h.get(q+broker.DeadLetterSuffix, 10*time.Second)
+		d := h.Get(q+broker.DeadLetterSuffix, 10*time.Second)
 		require.Equal(t, "bad-slip", d.MessageID)
 		require.Contains(t, d.Headers[broker.HeaderError], "invalid routing slip")
 		require.EqualValues(t, 1, d.Headers[broker.HeaderAttempt], "not retried")
@@ -135,33 +136,33 @@ func TestSlipUnparsableIsFatal(t *testing.T) {
 // failed publish and a retry of the step, not a dropped message; once the
 // next stop is bound the run goes on, on attempt 1.
 func TestSlipHopToUnboundRetries(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		conn := h.open(broker.Config{})
-		ex := h.exchange("slip")
-		first, second := h.queue("first"), h.queue("later")
-		h.bind(first, ex, "first")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		ex := h.Exchange("slip")
+		first, second := h.Queue("first"), h.Queue("later")
+		h.Bind(first, ex, "first")
 		attempts := slipStage(t, conn, first, func(context.Context, *broker.Message) (any, error) { return "on", nil })
 		_, err := patterns.NewRoutingSlip().Step("first", ex, "first").Step("second", ex, "second").Start(ctx, conn, "go")
 		require.NoError(t, err)
-		require.Equal(t, 1, flowNext(t, attempts, 10*time.Second).Attempt)
-		require.Equal(t, 2, flowNext(t, attempts, 10*time.Second).Attempt, "the unroutable hop retried the step")
+		require.Equal(t, 1, brokertest.Next(t, attempts, 10*time.Second).Attempt)
+		require.Equal(t, 2, brokertest.Next(t, attempts, 10*time.Second).Attempt, "the unroutable hop retried the step")
 
-		h.bind(second, ex, "second")
-		arrived := flowSink(t, conn, second)
-		m := flowNext(t, arrived, 10*time.Second)
+		h.Bind(second, ex, "second")
+		arrived := h.Sink(conn, second)
+		m := brokertest.Next(t, arrived, 10*time.Second).Msg
 		require.Equal(t, 1, m.Attempt, "the retry budget does not leak into the next step")
-		require.Zero(t, h.depth(first+broker.DeadLetterSuffix))
+		require.Zero(t, h.Depth(first+broker.DeadLetterSuffix))
 	})
 }
 
 func TestSlipStepErrors(t *testing.T) {
-	flowEach(t, func(t *testing.T, h *flowHarness) {
-		ctx := flowCtx(t)
-		conn := h.open(broker.Config{})
-		ex := h.exchange("slip")
-		q := h.queue("failing")
-		h.bind(q, ex, "failing")
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		ex := h.Exchange("slip")
+		q := h.Queue("failing")
+		h.Bind(q, ex, "failing")
 		seen := slipStage(t, conn, q, func(_ context.Context, m *broker.Message) (any, error) {
 			if m.Attempt == 1 {
 				return nil, errors.New("flaky")
@@ -170,9 +171,9 @@ func TestSlipStepErrors(t *testing.T) {
 		})
 		runID, err := patterns.NewRoutingSlip().Step("failing", ex, "failing").Start(ctx, conn, "x")
 		require.NoError(t, err)
-		require.Equal(t, 1, flowNext(t, seen, 10*time.Second).Attempt)
-		require.Equal(t, 2, flowNext(t, seen, 10*time.Second).Attempt, "an error retries")
-		d := h.get(q+broker.DeadLetterSuffix, 10*time.Second)
+		require.Equal(t, 1, brokertest.Next(t, seen, 10*time.Second).Attempt)
+		require.Equal(t, 2, brokertest.Next(t, seen, 10*time.Second).Attempt, "an error retries")
+		d := h.Get(q+broker.DeadLetterSuffix, 10*time.Second)
 		require.Contains(t, d.Headers[broker.HeaderError], "card declined", "a fatal error gives up")
 		require.Equal(t, runID, d.Headers[broker.HeaderRunID], "the run id survives the dead-letter")
 		require.Contains(t, d.Headers, broker.HeaderRoutingSlip, "the slip says how far the run got")

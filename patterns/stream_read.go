@@ -3,12 +3,10 @@ package patterns
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
-	"github.com/acemq/acemq-flow/broker/transport"
 )
 
 // DefaultStreamPrefetch is the prefetch a stream reader gets when none is
@@ -44,12 +42,6 @@ const DefaultStreamPrefetch = 10
 func ReadStream(ctx context.Context, conn *broker.Conn, name string, offset StreamOffset, h broker.Handler, opts ...broker.ConsumeOption) (*broker.Consumer, error) {
 	if conn == nil || name == "" || h == nil {
 		return nil, fmt.Errorf("%w: read stream: need a connection, a stream name and a handler", broker.ErrInvalidOption)
-	}
-	// The transport's documented Name is "memory://..." for the loopback,
-	// which would otherwise consume the name as an ordinary queue (or fail
-	// with a bare 404) and never say that streams are the problem.
-	if strings.HasPrefix(conn.Name(), "memory://") {
-		return nil, fmt.Errorf("read stream %q: %w: the loopback does not implement streams; use RabbitMQ", name, transport.ErrNotSupported)
 	}
 	arg, err := offset.Arg()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/broker/rabbitmq"
 	"github.com/acemq/acemq-flow/broker/transport"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 	"github.com/acemq/acemq-flow/patterns"
 )
@@ -80,7 +81,7 @@ func TestStreamOffsetArgs(t *testing.T) {
 
 func TestStreamsRefusedOnLoopback(t *testing.T) {
 	t.Parallel()
-	ctx := opsCtx(t)
+	ctx := brokertest.Ctx(t)
 	conn, err := broker.Open(ctx, "memory://")
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
@@ -96,20 +97,20 @@ func TestStreamsRefusedOnLoopback(t *testing.T) {
 func streamAccept(context.Context, *broker.Message) broker.Ack { return broker.Accept() }
 
 // streamDeclare declares a stream of the test's own, deleted when it ends.
-func streamDeclare(h *opsHarness, prefix string) string {
-	h.t.Helper()
-	name := testenv.Name(h.t, prefix)
-	h.cleanup(name)
-	require.NoError(h.t, patterns.DeclareStream(opsCtx(h.t), h.admin, name, patterns.StreamRetention{MaxAge: time.Hour, MaxBytes: 1 << 30}))
+func streamDeclare(h *brokertest.Harness, prefix string) string {
+	h.T.Helper()
+	name := testenv.Name(h.T, prefix)
+	h.DeleteLater(name)
+	require.NoError(h.T, patterns.DeclareStream(brokertest.Ctx(h.T), h.Admin, name, patterns.StreamRetention{MaxAge: time.Hour, MaxBytes: 1 << 30}))
 	return name
 }
 
 // streamFill appends n messages {"n": from..from+n-1} to the stream.
-func streamFill(h *opsHarness, conn *broker.Conn, stream string, from, n int) {
-	h.t.Helper()
-	ctx := opsCtx(h.t)
+func streamFill(h *brokertest.Harness, conn *broker.Conn, stream string, from, n int) {
+	h.T.Helper()
+	ctx := brokertest.Ctx(h.T)
 	for i := from; i < from+n; i++ {
-		require.NoError(h.t, conn.Publish(ctx, map[string]int{"n": i}, broker.To(stream), broker.Mandatory()))
+		require.NoError(h.T, conn.Publish(ctx, map[string]int{"n": i}, broker.To(stream), broker.Mandatory()))
 	}
 }
 
@@ -134,27 +135,27 @@ func streamRecorder(t *testing.T) (broker.Handler, <-chan streamRead) {
 }
 
 func TestStreamDeclareIsIdempotent(t *testing.T) {
-	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
 		name := streamDeclare(h, "stream-declare")
-		require.NoError(t, patterns.DeclareStream(ctx, h.admin.Transport(), name, patterns.StreamRetention{MaxAge: time.Hour, MaxBytes: 1 << 30}),
+		require.NoError(t, patterns.DeclareStream(ctx, h.Admin.Transport(), name, patterns.StreamRetention{MaxAge: time.Hour, MaxBytes: 1 << 30}),
 			"the same declaration again, through the transport")
-		err := patterns.DeclareStream(ctx, h.admin, name, patterns.StreamRetention{MaxAge: 2 * time.Hour})
+		err := patterns.DeclareStream(ctx, h.Admin, name, patterns.StreamRetention{MaxAge: 2 * time.Hour})
 		require.True(t, transport.IsCode(err, transport.PreconditionFailed), "other retention: %v", err)
 	})
 }
 
 func TestStreamProjectionFromFirst(t *testing.T) {
-	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
 		stream := streamDeclare(h, "stream-first")
 		streamFill(h, conn, stream, 0, 100)
 		handler, got := streamRecorder(t)
 		reader, err := patterns.ReadStream(ctx, conn, stream, patterns.StreamFirst(), handler, broker.Tag("projection-1"))
 		require.NoError(t, err)
 		for i := range int64(100) {
-			r := opsRecv(t, got, 10*time.Second)
+			r := brokertest.Next(t, got, 10*time.Second)
 			require.Equal(t, streamRead{offset: i, n: i}, r, "every message, in order, offsets from 0")
 		}
 		require.NoError(t, reader.Cancel(ctx))
@@ -162,14 +163,14 @@ func TestStreamProjectionFromFirst(t *testing.T) {
 		again, got2 := streamRecorder(t)
 		_, err = patterns.ReadStream(ctx, conn, stream, patterns.StreamFirst(), again, broker.Tag("projection-2"))
 		require.NoError(t, err)
-		require.Equal(t, streamRead{offset: 0, n: 0}, opsRecv(t, got2, 10*time.Second), "reading removed nothing")
+		require.Equal(t, streamRead{offset: 0, n: 0}, brokertest.Next(t, got2, 10*time.Second), "reading removed nothing")
 	})
 }
 
 func TestStreamResumeFromCheckpoint(t *testing.T) {
-	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
 		stream := streamDeclare(h, "stream-resume")
 		streamFill(h, conn, stream, 0, 100)
 
@@ -186,7 +187,7 @@ func TestStreamResumeFromCheckpoint(t *testing.T) {
 			return broker.Accept()
 		})
 		require.NoError(t, err)
-		opsRecv(t, reached, 10*time.Second)
+		brokertest.Next(t, reached, 10*time.Second)
 		require.NoError(t, first.Cancel(ctx))
 		require.Equal(t, int64(49), saved)
 
@@ -194,17 +195,17 @@ func TestStreamResumeFromCheckpoint(t *testing.T) {
 		_, err = patterns.ReadStream(ctx, conn, stream, patterns.StreamAt(saved+1), handler)
 		require.NoError(t, err)
 		for i := int64(50); i < 100; i++ {
-			require.Equal(t, streamRead{offset: i, n: i}, opsRecv(t, got, 10*time.Second), "only the rest")
+			require.Equal(t, streamRead{offset: i, n: i}, brokertest.Next(t, got, 10*time.Second), "only the rest")
 		}
 		streamFill(h, conn, stream, 100, 1)
-		require.Equal(t, streamRead{offset: 100, n: 100}, opsRecv(t, got, 10*time.Second), "and then what arrives")
+		require.Equal(t, streamRead{offset: 100, n: 100}, brokertest.Next(t, got, 10*time.Second), "and then what arrives")
 	})
 }
 
 func TestStreamSince(t *testing.T) {
-	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
-		conn := h.open(broker.Config{})
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
 		stream := streamDeclare(h, "stream-since")
 		streamFill(h, conn, stream, 0, 20)
 		// The broker resolves a timestamp to whole seconds: wait for the
@@ -217,7 +218,7 @@ func TestStreamSince(t *testing.T) {
 		_, err := patterns.ReadStream(ctx, conn, stream, patterns.StreamSince(since), handler)
 		require.NoError(t, err)
 		for i := int64(20); i < 40; i++ {
-			require.Equal(t, streamRead{offset: i, n: i}, opsRecv(t, got, 10*time.Second), "from the first message at or after t")
+			require.Equal(t, streamRead{offset: i, n: i}, brokertest.Next(t, got, 10*time.Second), "from the first message at or after t")
 		}
 	})
 }
@@ -226,10 +227,10 @@ func TestStreamSince(t *testing.T) {
 // the reader twice; the reader resumes from its own position, so it reads
 // every message and reads again at most what was in flight.
 func TestStreamReaderSurvivesClosedConnections(t *testing.T) {
-	opsOnRabbit(t, func(t *testing.T, h *opsHarness) {
-		ctx := opsCtx(t)
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
 		const total = 1000
-		conn := h.open(broker.Config{})
+		conn := h.Open(broker.Config{})
 		stream := streamDeclare(h, "stream-reconnect")
 		streamFill(h, conn, stream, 0, total)
 
@@ -257,13 +258,13 @@ func TestStreamReaderSurvivesClosedConnections(t *testing.T) {
 		require.NoError(t, err)
 		rt := conn.Transport().(*rabbitmq.Transport)
 		for range 2 {
-			off := opsRecv(t, paused, 20*time.Second)
+			off := brokertest.Next(t, paused, 20*time.Second)
 			// Closed while a message is in the handler and the prefetch
 			// window is full.
 			testenv.CloseConnection(t, rt.LocalAddr())
 			close(pause[off])
 		}
-		opsRecv(t, all, 60*time.Second)
+		brokertest.Next(t, all, 60*time.Second)
 
 		mu.Lock()
 		defer mu.Unlock()

@@ -2,7 +2,10 @@ package loopback
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker/transport"
@@ -146,4 +149,17 @@ func sameArg(a, b any) bool {
 		return x == y
 	}
 	return reflect.DeepEqual(a, b)
+}
+
+// refuseStreamArgs refuses the basic.consume arguments that only mean
+// something to a stream (x-stream-offset and the other x-stream-*): the
+// loopback has no streams, and ignoring them would read an ordinary queue
+// as if it were one.
+func refuseStreamArgs(args transport.Table) error {
+	for _, key := range slices.Sorted(maps.Keys(args)) {
+		if strings.HasPrefix(key, "x-stream-") {
+			return fmt.Errorf("consume argument %s: %w: the loopback does not implement streams; use a real broker", key, transport.ErrNotSupported)
+		}
+	}
+	return nil
 }

@@ -115,9 +115,11 @@ func (c *conn) publish(ctx context.Context, p transport.Publishing) error {
 }
 
 // Consume subscribes to queue. It refuses a prefetch below 1, invalid
-// arguments, a missing queue (404), another connection's exclusive queue
-// (405) and a queue with an exclusive consumer, or an exclusive
-// subscription to a queue that has consumers (403).
+// arguments, stream arguments (x-stream-offset or any other x-stream-*:
+// transport.ErrNotSupported, whether or not the queue exists), a missing
+// queue (404), another connection's exclusive queue (405) and a queue with
+// an exclusive consumer, or an exclusive subscription to a queue that has
+// consumers (403).
 func (c *conn) Consume(ctx context.Context, queue string, opts transport.ConsumeOptions) (transport.Subscription, error) {
 	s, err := c.consume(ctx, queue, opts)
 	if err != nil {
@@ -131,6 +133,9 @@ func (c *conn) consume(ctx context.Context, name string, opts transport.ConsumeO
 		return nil, fmt.Errorf("prefetch %d: must be at least 1", opts.Prefetch)
 	}
 	if err := opts.Args.Validate(); err != nil {
+		return nil, err
+	}
+	if err := refuseStreamArgs(opts.Args); err != nil {
 		return nil, err
 	}
 	if err := c.lock(ctx); err != nil {
@@ -211,8 +216,7 @@ func (c *conn) Purge(ctx context.Context, queue string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("purge %q: %w", queue, err)
 	}
-	n := q.ready.clear()
-	q.readyBytes = 0
+	n := q.clearReady()
 	b.arm(q, time.Now())
 	return n, nil
 }
@@ -299,9 +303,10 @@ func (c *conn) Unbind(ctx context.Context, bd transport.Binding) error {
 	return nil
 }
 
-// Close ends every subscription, puts every unsettled delivery back at the
-// head of its queue in the order it was delivered (marked redelivered) and
-// deletes this connection's exclusive queues. Idempotent.
+// Close ends every subscription, gives every unsettled delivery back to its
+// queue (marked redelivered: in its original position in a classic queue,
+// ahead of the ready messages in a quorum queue) and deletes this
+// connection's exclusive queues. Idempotent.
 func (c *conn) Close(ctx context.Context) error {
 	c.b.mu.Lock()
 	defer c.b.mu.Unlock()
@@ -319,13 +324,13 @@ func (b *Broker) closeConn(c *conn) {
 	for s := range c.subs {
 		b.endSubscription(s, nil)
 	}
-	// Put back the most recent first, each at the head, so the queue ends
-	// up in delivery order.
-	pending := slices.SortedFunc(maps.Keys(c.unsettled), func(x, y *pending) int { return cmp.Compare(y.seq, x.seq) })
+	// In delivery order: a quorum queue serves returned messages in the
+	// order they were delivered.
+	pending := slices.SortedFunc(maps.Keys(c.unsettled), func(x, y *pending) int { return cmp.Compare(x.seq, y.seq) })
 	now := time.Now()
 	for _, p := range pending {
 		if !p.q.deleted {
-			b.putBack(p.q, p.m, now)
+			b.putBack(p.q, p.m, returned, now)
 		}
 	}
 	c.unsettled = nil

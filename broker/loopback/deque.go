@@ -1,7 +1,9 @@
 package loopback
 
-// deque is a ring buffer of messages: queues take from the head, publish to
-// the tail and requeue to the head, all in constant time.
+// deque is a ring buffer of messages: queues take from the head and publish
+// to the tail in constant time, and put a message back anywhere in between
+// in time proportional to its distance from the nearer end (requeued
+// messages go back near the head).
 type deque struct {
 	buf  []*message
 	head int
@@ -27,12 +29,27 @@ func (d *deque) pushBack(m *message) {
 	d.n++
 }
 
-func (d *deque) pushFront(m *message) {
+// insert puts m at index i (0 is the head, len the tail), moving whichever
+// side of i is shorter by one place.
+func (d *deque) insert(i int, m *message) {
 	d.grow()
-	d.head = (d.head - 1 + len(d.buf)) % len(d.buf)
-	d.buf[d.head] = m
+	size := len(d.buf)
+	if i < d.n-i {
+		d.head = (d.head - 1 + size) % size
+		for k := range i {
+			d.buf[(d.head+k)%size] = d.buf[(d.head+k+1)%size]
+		}
+	} else {
+		for k := d.n; k > i; k-- {
+			d.buf[(d.head+k)%size] = d.buf[(d.head+k-1)%size]
+		}
+	}
+	d.buf[(d.head+i)%size] = m
 	d.n++
 }
+
+// at returns the message at index i, which must be below len.
+func (d *deque) at(i int) *message { return d.buf[(d.head+i)%len(d.buf)] }
 
 // front returns the head without removing it, or nil when empty.
 func (d *deque) front() *message {

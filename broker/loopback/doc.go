@@ -17,6 +17,14 @@
 // cycle detection, and quorum queues' x-delivery-count and
 // x-delivery-limit.
 //
+// A message that goes back to its queue comes back where RabbitMQ 3.10
+// puts it. A classic queue (x-queue-type classic, or none) restores it to
+// its original position, whether it was requeued by a nack or returned by a
+// closing connection, so its ready messages are always in the order they
+// were enqueued. A quorum queue appends a requeued message at the tail, in
+// the order of the nacks, and serves messages returned by a closing
+// connection first, in the order they were delivered.
+//
 // It checks what RabbitMQ checks and answers with the same reply codes:
 // 403 for the default exchange and the reserved "amq." prefix, 404 for a
 // missing queue or exchange, 405 for another connection's exclusive queue,
@@ -29,7 +37,8 @@
 //
 // # What it refuses
 //
-// Streams (x-queue-type: stream), headers exchanges, x-expires and
+// Streams (x-queue-type: stream, and the x-stream-offset or any other
+// x-stream-* consume argument), headers exchanges, x-expires and
 // x-max-priority fail with an error wrapping [transport.ErrNotSupported]:
 // they need a real broker. The loopback never reconnects, so
 // [transport.ErrStaleDelivery] and [transport.ErrConnectionLost] do not

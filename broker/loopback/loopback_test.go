@@ -3,6 +3,9 @@ package loopback_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,6 +69,118 @@ func TestStreamsAreRefused(t *testing.T) {
 	require.ErrorContains(t, err, "does not implement streams")
 	_, err = tr.Inspect(t.Context(), "events")
 	require.True(t, transport.IsCode(err, transport.NotFound))
+}
+
+func TestStreamConsumeArgumentsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := loopback.New()
+	t.Cleanup(b.Close)
+	tr := connect(t, b)
+	declareQueue(t, tr, transport.Queue{Name: "q"})
+	for _, args := range []transport.Table{
+		{"x-stream-offset": "first"},
+		{"x-stream-offset": int64(42)},
+		{"x-stream-offset": time.Now()},
+		{"x-stream-filter": "eu"},
+		{"x-priority": int64(1), "x-stream-match-unfiltered": true},
+	} {
+		for _, queue := range []string{"q", "no-such-stream"} {
+			_, err := tr.Consume(t.Context(), queue, transport.ConsumeOptions{Prefetch: 1, Args: args})
+			require.ErrorIs(t, err, transport.ErrNotSupported, "%s %v", queue, args)
+			require.ErrorContains(t, err, "does not implement streams")
+		}
+	}
+	st, err := tr.Inspect(t.Context(), "q")
+	require.NoError(t, err)
+	require.Zero(t, st.Consumers)
+	_, err = tr.Consume(t.Context(), "q", transport.ConsumeOptions{Prefetch: 1, Args: transport.Table{"x-priority": int64(1)}})
+	require.NoError(t, err, "other consume arguments are accepted")
+}
+
+// TestRequeueOrderAtScale requeues many messages in a random order, some
+// by nack and some by closing the connection, around a ring buffer that has
+// wrapped.
+func TestRequeueOrderAtScale(t *testing.T) {
+	t.Parallel()
+	for _, quorum := range []bool{false, true} {
+		t.Run(map[bool]string{false: "classic", true: "quorum"}[quorum], func(t *testing.T) {
+			t.Parallel()
+			b := loopback.New()
+			t.Cleanup(b.Close)
+			tr := connect(t, b)
+			q := transport.Queue{Name: "q"}
+			if quorum {
+				q = transport.Queue{Name: "q", Durable: true, Args: transport.Table{"x-queue-type": "quorum"}}
+			}
+			declareQueue(t, tr, q)
+			// Sized so that the ring buffer wraps without growing.
+			const first, skipped, total, taken = 100, 60, 180, 100
+			for i := range first {
+				publish(t, tr, "q", transport.Message{MessageID: fmt.Sprint(i)})
+			}
+			for range skipped {
+				d, err := tr.Get(t.Context(), "q")
+				require.NoError(t, err)
+				require.NoError(t, d.Ack())
+			}
+			for i := first; i < total; i++ {
+				publish(t, tr, "q", transport.Message{MessageID: fmt.Sprint(i)})
+			}
+			worker := b.Connect()
+			var held []*transport.Delivery
+			for range taken {
+				d, err := worker.Get(t.Context(), "q")
+				require.NoError(t, err)
+				held = append(held, d)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			rng.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
+			var nacked, closed []string
+			for i, d := range held {
+				switch i % 3 {
+				case 0:
+					require.NoError(t, d.Ack())
+				case 1:
+					require.NoError(t, d.Nack(true))
+					nacked = append(nacked, d.MessageID)
+				default:
+					closed = append(closed, d.MessageID)
+				}
+			}
+			require.NoError(t, worker.Close(t.Context()))
+
+			byNumber := func(ids []string) []string {
+				return slices.SortedFunc(slices.Values(ids), func(a, b string) int {
+					x, _ := strconv.Atoi(a)
+					y, _ := strconv.Atoi(b)
+					return x - y
+				})
+			}
+			var untouched []string
+			for i := skipped + taken; i < total; i++ {
+				untouched = append(untouched, fmt.Sprint(i))
+			}
+			var want []string
+			if quorum {
+				// Returned by the close first, in delivery order; then what
+				// was ready; then the nacked, in the order of the nacks.
+				want = slices.Concat(byNumber(closed), untouched, nacked)
+			} else {
+				want = byNumber(slices.Concat(nacked, closed, untouched))
+			}
+			var got []string
+			for {
+				d, err := tr.Get(t.Context(), "q")
+				require.NoError(t, err)
+				if d == nil {
+					break
+				}
+				got = append(got, d.MessageID)
+				require.NoError(t, d.Ack())
+			}
+			require.Equal(t, want, got)
+		})
+	}
 }
 
 func TestNamedBrokersAreShared(t *testing.T) {

@@ -16,6 +16,9 @@ type message struct {
 	exchange    string
 	routingKey  string
 	redelivered bool
+	// pos is the message's place in its queue's order (queue.seq when it
+	// was enqueued), where a classic queue puts it back.
+	pos uint64
 	// expiresAt is when the message expires once at the head of its queue;
 	// zero means never.
 	expiresAt time.Time

@@ -3,6 +3,7 @@ package loopback
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker/transport"
@@ -20,6 +21,12 @@ type queue struct {
 
 	ready      deque
 	readyBytes int
+	// seq numbers the messages enqueued, in queue order (message.pos).
+	seq uint64
+	// returned counts the messages at the head of a quorum queue's ready
+	// deque that came back from a closed connection: RabbitMQ serves them
+	// before everything else, in the order they were delivered.
+	returned int
 
 	consumers []*subscription
 	next      int // round-robin position in consumers
@@ -51,6 +58,8 @@ func (b *Broker) enqueue(q *queue, m *message, now time.Time) bool {
 		}
 		return false
 	}
+	q.seq++
+	m.pos = q.seq
 	q.ready.pushBack(m)
 	q.readyBytes += m.size()
 	for q.overLimit() {
@@ -78,22 +87,61 @@ func (q *queue) take() *message {
 	m := q.ready.popFront()
 	if m != nil {
 		q.readyBytes -= m.size()
+		if q.returned > 0 {
+			q.returned--
+		}
 	}
 	return m
 }
 
-// putBack returns a message to the head of q, marked redelivered, or
-// dead-letters it when a quorum queue's x-delivery-limit is exhausted.
-func (b *Broker) putBack(q *queue, m *message, now time.Time) {
+// clearReady drops every ready message and says how many there were.
+func (q *queue) clearReady() int {
+	n := q.ready.clear()
+	q.readyBytes = 0
+	q.returned = 0
+	return n
+}
+
+// backReason is why an unsettled delivery goes back to its queue.
+type backReason int
+
+const (
+	// requeued: the client rejected it with requeue (basic.nack or
+	// basic.reject).
+	requeued backReason = iota
+	// returned: the connection holding it closed.
+	returned
+)
+
+// putBack gives m back to q, marked redelivered, where RabbitMQ 3.10 puts
+// it. A classic queue restores it to its original position, so the ready
+// messages stay in the order they were enqueued however they come back. A
+// quorum queue appends a requeued message at the tail, behind everything
+// ready, and serves a returned one first, behind the messages returned
+// before it. A quorum queue dead-letters instead once x-delivery-limit is
+// exhausted.
+func (b *Broker) putBack(q *queue, m *message, why backReason, now time.Time) {
 	m.redelivered = true
+	var at int
+	switch {
+	case !q.cfg.quorum:
+		at = sort.Search(q.ready.len(), func(i int) bool { return q.ready.at(i).pos > m.pos })
+	case why == returned:
+		at = q.returned
+	default:
+		at = q.ready.len()
+	}
 	if q.cfg.quorum {
 		m.returns++
 		if q.cfg.deliveryLimit >= 0 && m.returns > q.cfg.deliveryLimit {
 			b.deadLetter(q, m, "delivery_limit", now)
 			return
 		}
+		if why == returned {
+			q.returned++
+		}
 	}
-	q.ready.pushFront(m)
+	q.ready.insert(at, m)
 	q.readyBytes += m.size()
 	b.markDirty(q)
 }
@@ -207,6 +255,5 @@ func (b *Broker) deleteQueue(q *queue) {
 	if b.queues[q.name] == q {
 		delete(b.queues, q.name)
 	}
-	q.ready.clear()
-	q.readyBytes = 0
+	q.clearReady()
 }

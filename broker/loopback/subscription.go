@@ -118,12 +118,13 @@ type pending struct {
 // is closed (the message went back to its queue).
 func (p *pending) Ack() error { return p.settle("ack", func(time.Time) {}) }
 
-// Nack rejects the delivery: requeued at the head of its queue, marked
-// redelivered, or dead-lettered with reason "rejected". It fails like Ack.
+// Nack rejects the delivery: requeued, marked redelivered (to its original
+// position in a classic queue, to the tail of a quorum queue), or
+// dead-lettered with reason "rejected". It fails like Ack.
 func (p *pending) Nack(requeue bool) error {
 	return p.settle("nack", func(now time.Time) {
 		if requeue {
-			p.b.putBack(p.q, p.m, now)
+			p.b.putBack(p.q, p.m, requeued, now)
 		} else {
 			p.b.deadLetter(p.q, p.m, "rejected", now)
 		}

@@ -117,6 +117,27 @@ func (h *Harness) DeleteExchangeLater(exchanges ...string) {
 	})
 }
 
+// Exchange returns a unique direct exchange, declared durable, and deletes
+// it when the test ends.
+func (h *Harness) Exchange(prefix string) string {
+	h.T.Helper()
+	ex := testenv.Name(h.T, prefix)
+	require.NoError(h.T, h.Admin.Declare(Ctx(h.T), broker.Topology{
+		Exchanges: []broker.Exchange{{Name: ex, Kind: "direct", Durable: true}},
+	}))
+	h.DeleteExchangeLater(ex)
+	return ex
+}
+
+// Bind declares queue exactly as Consume does (with its .dlq and .parked)
+// and binds it to exchange under key.
+func (h *Harness) Bind(queue, exchange, key string) {
+	h.T.Helper()
+	top := broker.ConsumerTopology(queue)
+	top.Bindings = []broker.Binding{{Queue: queue, Exchange: exchange, Key: key}}
+	require.NoError(h.T, h.Admin.Declare(Ctx(h.T), top))
+}
+
 // Get waits for one message on queue (polling basic.get: a dead-letter
 // queue has no consumer to await) and acknowledges it.
 func (h *Harness) Get(queue string, within time.Duration) *transport.Delivery {
@@ -144,6 +165,41 @@ func (h *Harness) Depth(queue string) int {
 	st, err := h.Admin.Transport().Inspect(context.Background(), queue)
 	require.NoError(h.T, err)
 	return st.Messages
+}
+
+// Drain takes every message off queue, in order, acknowledging each, and
+// returns them once the queue is empty.
+func (h *Harness) Drain(queue string) []*transport.Delivery {
+	h.T.Helper()
+	ctx := Ctx(h.T)
+	var all []*transport.Delivery
+	for {
+		d, err := h.Admin.Transport().Get(ctx, queue)
+		require.NoError(h.T, err)
+		if d == nil {
+			return all
+		}
+		require.NoError(h.T, d.Ack())
+		all = append(all, d)
+	}
+}
+
+// WaitDepth waits until queue holds want ready messages, failing the test
+// if it does not within the given time. A message the broker puts back
+// (a nack, a return) may still be on its way when the call that caused it
+// returns.
+func (h *Harness) WaitDepth(queue string, want int, within time.Duration) {
+	h.T.Helper()
+	require.Eventually(h.T, func() bool { return h.Depth(queue) == want }, within, 10*time.Millisecond,
+		"%s should hold %d messages", queue, want)
+}
+
+// Consumers is the number of consumers on queue.
+func (h *Harness) Consumers(queue string) int {
+	h.T.Helper()
+	st, err := h.Admin.Transport().Inspect(context.Background(), queue)
+	require.NoError(h.T, err)
+	return st.Consumers
 }
 
 // Ctx is a context for one test: a minute at most, cancelled when it ends.

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/acemq/acemq-flow/broker"
 )
 
@@ -27,24 +29,43 @@ func Recorder(decide func(m *broker.Message) broker.Ack) (broker.Handler, <-chan
 	}, ch
 }
 
-// Next waits for the next recorded delivery.
-func Next(t testing.TB, ch <-chan Seen, within time.Duration) Seen {
+// Sink consumes queue on conn, without retries unless opts say otherwise,
+// accepts every message and records it on the returned channel.
+func (h *Harness) Sink(conn *broker.Conn, queue string, opts ...broker.ConsumeOption) <-chan Seen {
+	h.T.Helper()
+	handler, ch := Recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
+	_, err := conn.Consume(Ctx(h.T), queue, handler, append([]broker.ConsumeOption{broker.WithRetry(broker.NoRetry())}, opts...)...)
+	require.NoError(h.T, err)
+	return ch
+}
+
+// Next waits for the next value on ch: a recorded delivery, or whatever
+// else a test hands over on a channel.
+func Next[T any](t testing.TB, ch <-chan T, within time.Duration) T {
 	t.Helper()
 	select {
-	case s := <-ch:
-		return s
+	case v := <-ch:
+		return v
 	case <-time.After(within):
 		t.Fatalf("no delivery within %s", within)
-		return Seen{}
+		var zero T
+		return zero
 	}
 }
 
-// Nothing asserts that no delivery is recorded within the given time.
-func Nothing(t testing.TB, ch <-chan Seen, within time.Duration) {
+// Nothing asserts that nothing arrives on ch within the given time.
+func Nothing[T any](t testing.TB, ch <-chan T, within time.Duration) {
 	t.Helper()
 	select {
-	case s := <-ch:
-		t.Fatalf("unexpected delivery %s attempt %d", s.Msg.ID, s.Msg.Attempt)
+	case v := <-ch:
+		switch v := any(v).(type) {
+		case Seen:
+			t.Fatalf("unexpected delivery %s attempt %d", v.Msg.ID, v.Msg.Attempt)
+		case *broker.Message:
+			t.Fatalf("unexpected delivery %s attempt %d", v.ID, v.Attempt)
+		default:
+			t.Fatalf("unexpected %v", v)
+		}
 	case <-time.After(within):
 	}
 }

@@ -95,7 +95,7 @@ func pipelineBenchCleanup(b *testing.B, conn *broker.Conn, p *patterns.Pipeline)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
-	admin, err := broker.Open(ctx, testenv.RabbitURL(b))
+	admin, err := broker.Config{Logger: testenv.Logger(b)}.Open(ctx, testenv.RabbitURL(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func pipelineBenchCleanup(b *testing.B, conn *broker.Conn, p *patterns.Pipeline)
 
 func pipelineBenchPlain(b *testing.B, url string) {
 	ctx := context.Background()
-	admin, err := broker.Open(ctx, url)
+	admin, err := broker.Config{Logger: testenv.Logger(b)}.Open(ctx, url)
 	if err != nil {
 		b.Fatal(err)
 	}

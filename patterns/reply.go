@@ -25,6 +25,7 @@ type ResponderFailed struct {
 	Message string
 }
 
+// Error names where the request went and what the responder said.
 func (e *ResponderFailed) Error() string {
 	return fmt.Sprintf("responder at %q failed: %s", e.To, e.Message)
 }

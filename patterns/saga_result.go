@@ -92,6 +92,7 @@ type SagaError struct {
 	Unresolved []UnresolvedStep
 }
 
+// Error says which saga failed at which step, and what was left unresolved.
 func (e *SagaError) Error() string {
 	msg := fmt.Sprintf("saga %s failed at %q: %v", e.Saga, e.Step, e.Err)
 	if len(e.Unresolved) > 0 {

@@ -107,6 +107,7 @@ func (k *Consumer) subscribe(ctx context.Context) error {
 		Exclusive:  k.cfg.exclusive,
 		Args:       k.cfg.args,
 		ResumeArgs: k.cfg.resumeArgs,
+		Stream:     k.cfg.stream,
 	})
 	if err != nil {
 		k.abort()

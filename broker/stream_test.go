@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/rabbitmq"
 	"github.com/acemq/acemq-flow/broker/transport"
 	"github.com/acemq/acemq-flow/internal/brokertest"
 )
@@ -64,4 +65,45 @@ func TestLoopbackRefusesStreams(t *testing.T) {
 	err = conn.Declare(ctx, broker.Topology{Queues: []broker.Queue{{Name: "s", Durable: true, Args: broker.Table{"x-queue-type": "stream"}}}})
 	require.ErrorIs(t, err, transport.ErrNotSupported)
 	require.ErrorContains(t, err, "stream")
+}
+
+// TestStreamConsumerCancelKeepsTheConnection: cancelling a stream consumer
+// with deliveries in flight must not nack them (RabbitMQ closes the whole
+// connection on a nack to a stream). The transport would reconnect by
+// itself, so the proof is that the connection is still the same one.
+func TestStreamConsumerCancelKeepsTheConnection(t *testing.T) {
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("stream-cancel")
+		require.NoError(t, conn.Declare(ctx, broker.Topology{Queues: []broker.Queue{
+			{Name: q, Durable: true, Args: broker.Table{"x-queue-type": "stream"}},
+		}}))
+		for i := range 200 {
+			require.NoError(t, conn.Publish(ctx, i, broker.To(q), broker.Mandatory()))
+		}
+		rt := conn.Transport().(*rabbitmq.Transport)
+		before := rt.LocalAddr().String()
+		started := make(chan struct{}, 1)
+		release := make(chan struct{})
+		k, err := conn.Consume(ctx, q, func(ctx context.Context, m *broker.Message) broker.Ack {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			<-release
+			return broker.Accept()
+		}, broker.OnStream(), broker.Prefetch(50),
+			broker.ConsumeArgs(broker.Table{broker.HeaderStreamOffset: "first"}, nil))
+		require.NoError(t, err)
+		<-started
+		cancelled := make(chan error, 1)
+		go func() { cancelled <- k.Cancel(ctx) }()
+		close(release)
+		require.NoError(t, <-cancelled)
+		// Whatever closes the connection has reached the client by now if
+		// anything was going to: a publish round trip comes after it.
+		require.NoError(t, conn.Publish(ctx, "after", broker.To(q), broker.Mandatory()))
+		require.Equal(t, before, rt.LocalAddr().String(), "the connection was not closed and redialled")
+	})
 }

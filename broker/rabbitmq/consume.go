@@ -228,8 +228,14 @@ func (sub *subscription) pump(c *consumer) string {
 			select {
 			case sub.out <- td:
 			case <-sub.ctx.Done():
-				// Never handed out: back to the queue.
-				_ = td.Settler.Nack(true)
+				// Never handed out: back to the queue (or, on a stream,
+				// where a nack closes the connection, acknowledged: the
+				// message stays in the stream either way).
+				if sub.opts.Stream {
+					_ = td.Settler.Ack()
+				} else {
+					_ = td.Settler.Nack(true)
+				}
 				sub.cancel(c)
 				return "cancelled"
 			}
@@ -238,14 +244,18 @@ func (sub *subscription) pump(c *consumer) string {
 }
 
 // cancel stops the broker delivering to c and requeues what it sent before
-// the cancel reached it. The channel stays open for what was handed out.
+// the cancel reached it (acknowledges it, on a stream). The channel stays open for what was handed out.
 func (sub *subscription) cancel(c *consumer) {
 	if err := c.h.ch.Cancel(sub.opts.Tag, false); err != nil {
 		// The channel is gone, and with it everything unsettled on it.
 		return
 	}
 	for d := range c.deliveries {
-		if err := c.h.ch.Nack(d.DeliveryTag, false, true); err != nil {
+		settle := func() error { return c.h.ch.Nack(d.DeliveryTag, false, true) }
+		if sub.opts.Stream {
+			settle = func() error { return c.h.ch.Ack(d.DeliveryTag, false) }
+		}
+		if err := settle(); err != nil {
 			return
 		}
 	}

@@ -80,6 +80,12 @@ type ConsumeOptions struct {
 	// reconnect and its result replaces Args, so a stream reader can resume
 	// from its own position rather than its starting offset.
 	ResumeArgs func() Table
+	// Stream says the queue is a stream. RabbitMQ closes the whole
+	// connection on basic.nack or basic.reject to a stream, so the
+	// transport never sends one for this subscription: a delivery it has to
+	// give back (one that raced a Cancel) is acknowledged instead, which on
+	// a stream only moves this consumer's position.
+	Stream bool
 }
 
 // Subscription is a running consumer on one queue.

@@ -34,6 +34,11 @@ const (
 // messaging durations, in seconds.
 var processBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
+// DurationBuckets returns the OpenTelemetry messaging conventions' suggested
+// histogram buckets for durations, in seconds: the ones every acemq.*
+// duration histogram uses, so that they can be compared and summed.
+func DurationBuckets() []float64 { return append([]float64(nil), processBuckets...) }
+
 type telemetry struct {
 	tracer          trace.Tracer
 	prop            propagation.TraceContext

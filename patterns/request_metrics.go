@@ -25,9 +25,6 @@ const (
 	RequestOutcomeError    = "error"
 )
 
-// requestBuckets are the messaging conventions' suggested buckets, in
-// seconds.
-var requestBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
 // requestMetrics records round trips as the caller experienced them.
 type requestMetrics struct {
@@ -49,7 +46,7 @@ func newRequestMetrics(conn *broker.Conn, to string) (*requestMetrics, error) {
 	}
 	duration, err := m.Float64Histogram("acemq.request.duration", metric.WithUnit("s"),
 		metric.WithDescription("Request/reply round-trip time as the caller experienced it."),
-		metric.WithExplicitBucketBoundaries(requestBuckets...))
+		metric.WithExplicitBucketBoundaries(broker.DurationBuckets()...))
 	if err != nil {
 		return nil, fmt.Errorf("request metrics: %w", err)
 	}

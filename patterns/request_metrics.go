@@ -25,7 +25,6 @@ const (
 	RequestOutcomeError    = "error"
 )
 
-
 // requestMetrics records round trips as the caller experienced them.
 type requestMetrics struct {
 	total    metric.Int64Counter

@@ -106,6 +106,20 @@ type OutboxReleaser interface {
 	Release(ctx context.Context, ids ...string) error
 }
 
+// OutboxLookahead is an OutboxStore that can claim the batch after the one
+// its caller is publishing: PendingAfter claims like Pending, except that
+// the records in held (the caller's current batch, claimed and not yet
+// settled) neither stop the claim nor are returned; every other live lease,
+// the caller's own included, still stops it. A relay over a store that is
+// also an OutboxReleaser claims its next batch while the current one waits
+// for its confirms, so the claim costs no time of its own. It publishes
+// that batch only once the current one is settled, and gives it back
+// unpublished when the current one fails or the relay is closing, so order
+// and the other guarantees of OutboxRelay are unchanged.
+type OutboxLookahead interface {
+	PendingAfter(ctx context.Context, held []string, limit int) ([]OutboxRecord, error)
+}
+
 // OutboxNotifier is an OutboxStore that can tell a relay a record may have
 // been added, so the relay sweeps at once instead of at its next interval.
 // Listen calls wake (which never blocks) whenever that may be so, and once

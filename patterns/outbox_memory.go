@@ -28,8 +28,8 @@ const (
 // transaction.
 //
 // It claims, counts and gives up records the way the SQL store does (see
-// OutboxStore, OutboxFailureMarker, OutboxReleaser), is one claimant, and
-// is safe for concurrent use.
+// OutboxStore, OutboxLookahead, OutboxFailureMarker, OutboxReleaser), is
+// one claimant, and is safe for concurrent use.
 type InMemoryOutboxStore struct {
 	now func() time.Time
 
@@ -71,13 +71,23 @@ func (s *InMemoryOutboxStore) Add(_ context.Context, rec OutboxRecord) (string, 
 // those before the first record somebody holds under a live lease, skipping
 // records whose attempts are spent. So one claimant at a time relays, in
 // order, and a claimant that died is taken over when its lease expires.
-func (s *InMemoryOutboxStore) Pending(_ context.Context, limit int) ([]OutboxRecord, error) {
+func (s *InMemoryOutboxStore) Pending(ctx context.Context, limit int) ([]OutboxRecord, error) {
+	return s.PendingAfter(ctx, nil, limit)
+}
+
+// PendingAfter claims like Pending, except that the records in held neither
+// stop the claim nor are claimed again (see OutboxLookahead).
+func (s *InMemoryOutboxStore) PendingAfter(_ context.Context, held []string, limit int) ([]OutboxRecord, error) {
+	skip := make(map[string]bool, len(held))
+	for _, id := range held {
+		skip[id] = true
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	var out []OutboxRecord
 	for _, r := range s.records {
-		if r.rec.Attempts >= DefaultOutboxMaxAttempts {
+		if r.rec.Attempts >= DefaultOutboxMaxAttempts || skip[r.rec.ID] {
 			continue
 		}
 		if now.Before(r.leaseUntil) || (limit > 0 && len(out) == limit) {

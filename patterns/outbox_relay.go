@@ -111,15 +111,23 @@ func (c OutboxRelayConfig) withDefaults(conn *broker.Conn) OutboxRelayConfig {
 // inspection: that is where order gives way, on purpose, so that one poison
 // record cannot hold back every record after it for ever.
 //
+// With a store that can claim ahead (OutboxLookahead and OutboxReleaser,
+// as both stores shipped here can), the relay claims each next batch while
+// the current one waits for its confirms. It publishes that batch only once
+// the current one is settled, and gives it back unpublished when the
+// current one fails or the relay is closing: the claim costs no time of its
+// own, and nothing above changes.
+//
 // Start runs sweeps in the background every Interval, and at once whenever
 // a notifying store says a record was added; Sweep runs one now.
 type OutboxRelay struct {
-	conn     *broker.Conn
-	store    OutboxStore
-	marker   OutboxFailureMarker
-	releaser OutboxReleaser
-	cfg      OutboxRelayConfig
-	log      *slog.Logger
+	conn      *broker.Conn
+	store     OutboxStore
+	marker    OutboxFailureMarker
+	releaser  OutboxReleaser
+	lookahead OutboxLookahead
+	cfg       OutboxRelayConfig
+	log       *slog.Logger
 
 	sweepMu sync.Mutex
 	wake    chan struct{}
@@ -153,6 +161,7 @@ func NewOutboxRelay(conn *broker.Conn, store OutboxStore, cfg OutboxRelayConfig)
 	}
 	r.marker, _ = store.(OutboxFailureMarker)
 	r.releaser, _ = store.(OutboxReleaser)
+	r.lookahead, _ = store.(OutboxLookahead)
 	return r, nil
 }
 

@@ -203,3 +203,39 @@ func TestOutboxRelayStoreFailureHasNoDestination(t *testing.T) {
 	require.ErrorContains(t, err, "database down")
 	require.Equal(t, []patterns.OutboxDestination{{}}, heard)
 }
+
+// A relay claims each next batch while the current one is published; a
+// failure gives that batch back unpublished, and order is kept across
+// several full batches.
+func TestOutboxRelayLookaheadKeepsOrder(t *testing.T) {
+	t.Parallel()
+	conn, ctx := outboxLoopback(t)
+	require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology("orders")))
+	s := patterns.NewInMemoryOutboxStore()
+	for i := range 10 {
+		outboxAdd(t, ctx, conn, s, i, broker.To("orders"))
+	}
+	outboxAdd(t, ctx, conn, s, 99, broker.ToExchange("amq.direct"), broker.To("nowhere"))
+	for i := 10; i < 20; i++ {
+		outboxAdd(t, ctx, conn, s, i, broker.To("orders"))
+	}
+	r, err := patterns.NewOutboxRelay(conn, s, patterns.OutboxRelayConfig{BatchSize: 3})
+	require.NoError(t, err)
+
+	n, err := r.Sweep(ctx)
+	require.ErrorIs(t, err, broker.ErrUnroutable)
+	require.Equal(t, 10, n)
+	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, outboxDrain(t, ctx, conn, "orders"))
+	recs := s.Records()
+	require.Len(t, recs, 11, "the failing record and everything after it stay")
+	// Nothing is left leased: the batch claimed ahead was given back, so
+	// the poison record gives way once its attempts are spent.
+	for range patterns.DefaultOutboxMaxAttempts - 1 {
+		_, err := r.Sweep(ctx)
+		require.ErrorIs(t, err, broker.ErrUnroutable)
+	}
+	n, err = r.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, n)
+	require.Equal(t, []int{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}, outboxDrain(t, ctx, conn, "orders"))
+}

@@ -21,36 +21,86 @@ const outboxStoreTimeout = 10 * time.Second
 var errOutboxNotSent = errors.New("not sent: an earlier record of the batch failed")
 
 // sweep runs batches until one comes back short, one fails, or stop closes.
+// With a store that can claim ahead (see claimAhead), the claim of each next
+// batch overlaps the publishing of the current one.
 func (r *OutboxRelay) sweep(ctx context.Context, stop <-chan struct{}) (int, error) {
 	r.sweepMu.Lock()
 	defer r.sweepMu.Unlock()
+	recs, err := r.claim(ctx)
 	total := 0
-	for {
-		n, full, err := r.batch(ctx)
+	for err == nil && len(recs) > 0 {
+		full := len(recs) == r.cfg.BatchSize
+		var ahead <-chan outboxClaim
+		if full && !stopped(stop) {
+			ahead = r.claimAhead(ctx, recs)
+		}
+		n, berr := r.batch(ctx, recs)
 		total += n
-		if err != nil || !full {
-			return total, err
+		var next outboxClaim
+		if ahead != nil {
+			next = <-ahead
 		}
-		select {
-		case <-stop:
-			return total, nil
-		default:
+		if berr != nil || !full || stopped(stop) {
+			// The batch looked ahead of goes back unpublished.
+			r.release(ctx, next.recs)
+			return total, berr
 		}
+		if next.err == nil && len(next.recs) > 0 {
+			recs = next.recs
+			continue
+		}
+		// Nothing ahead, or the look-ahead failed: claim the usual way,
+		// which also says what is wrong if the store is.
+		recs, err = r.claim(ctx)
 	}
+	return total, err
 }
 
-// batch claims, publishes and settles one batch; full says the store may
-// well have more.
-func (r *OutboxRelay) batch(ctx context.Context) (published int, full bool, err error) {
+// outboxClaim is the outcome of a claim made ahead.
+type outboxClaim struct {
+	recs []OutboxRecord
+	err  error
+}
+
+// claimAhead claims, in the background, the batch after held when the store
+// can (OutboxLookahead and OutboxReleaser); it returns nil otherwise. The
+// sweep receives exactly once from the channel it returns.
+func (r *OutboxRelay) claimAhead(ctx context.Context, held []OutboxRecord) <-chan outboxClaim {
+	if r.lookahead == nil || r.releaser == nil {
+		return nil
+	}
+	ch := make(chan outboxClaim, 1)
+	ids := outboxIDs(held)
+	go func() {
+		recs, err := r.lookahead.PendingAfter(ctx, ids, r.cfg.BatchSize)
+		ch <- outboxClaim{recs: recs, err: err}
+	}()
+	return ch
+}
+
+// claim claims the next batch, reporting a failure.
+func (r *OutboxRelay) claim(ctx context.Context) ([]OutboxRecord, error) {
 	recs, err := r.store.Pending(ctx, r.cfg.BatchSize)
 	if err != nil {
 		err = fmt.Errorf("outbox relay: claim pending records: %w", err)
 		r.report(ctx, err, OutboxDestination{})
-		return 0, false, err
+		return nil, err
 	}
-	if len(recs) == 0 {
-		return 0, false, nil
+	return recs, nil
+}
+
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
 	}
+}
+
+// batch publishes and settles one claimed batch, and says how many records
+// it published.
+func (r *OutboxRelay) batch(ctx context.Context, recs []OutboxRecord) (published int, err error) {
 	results := r.publishAll(ctx, recs)
 	k := 0
 	for k < len(recs) && results[k] == nil {
@@ -62,12 +112,12 @@ func (r *OutboxRelay) batch(ctx context.Context) (published int, full bool, err 
 		if err := r.store.MarkPublished(sctx, outboxIDs(recs[:k])...); err != nil {
 			err = fmt.Errorf("outbox relay: mark %d confirmed records published (they will be published again): %w", k, err)
 			r.report(ctx, err, OutboxDestination{})
-			r.release(sctx, recs)
-			return 0, false, err
+			r.release(ctx, recs)
+			return 0, err
 		}
 	}
 	if k == len(recs) {
-		return k, len(recs) == r.cfg.BatchSize, nil
+		return k, nil
 	}
 	failed, cause := recs[k], results[k]
 	perr := fmt.Errorf("outbox relay: publish record %s to %s: %w", failed.ID, outboxDescribe(failed.Destination()), cause)
@@ -79,9 +129,9 @@ func (r *OutboxRelay) batch(ctx context.Context) (published int, full bool, err 
 	} else {
 		rest = recs[k:]
 	}
-	r.release(sctx, rest)
+	r.release(ctx, rest)
 	r.report(ctx, perr, failed.Destination())
-	return k, false, perr
+	return k, perr
 }
 
 // publishAll publishes recs with up to InFlight confirms outstanding and
@@ -127,12 +177,16 @@ func (r *OutboxRelay) publish(ctx context.Context, rec OutboxRecord) error {
 }
 
 // release gives back the leases of records the sweep did not finish, so
-// that the next sweep starts again from the first of them.
+// that the next sweep starts again from the first of them. It runs
+// detached from ctx's cancellation (a closing relay still gives its leases
+// back), bounded by outboxStoreTimeout.
 func (r *OutboxRelay) release(ctx context.Context, recs []OutboxRecord) {
 	if r.releaser == nil || len(recs) == 0 {
 		return
 	}
-	if err := r.releaser.Release(ctx, outboxIDs(recs)...); err != nil {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outboxStoreTimeout)
+	defer cancel()
+	if err := r.releaser.Release(sctx, outboxIDs(recs)...); err != nil {
 		r.report(ctx, fmt.Errorf("outbox relay: release %d records (they wait for their lease to expire): %w", len(recs), err), OutboxDestination{})
 	}
 }

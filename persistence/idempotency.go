@@ -51,13 +51,16 @@ type SQLIdempotencyStoreConfig struct {
 // instance (over the same table).
 //
 // Each Claim and Confirm is one autocommitted statement, so its cost is a
-// durable commit. A pool whose sessions set synchronous_commit=off roughly
-// triples the rate (BenchmarkSQLIdempotencyClaimConfirm); what a database
-// crash then forgets is the last instant's claims and confirmations, which
-// costs a duplicate run, never a message.
+// durable commit, and concurrent consumers only overlap their commits if
+// the pool has a connection for each (pgxpool's default is max(4, CPUs)).
+// A pool whose sessions set synchronous_commit=off roughly doubles the rate
+// (BenchmarkSQLIdempotencyClaimConfirm); what a database crash then forgets
+// is the last instant's claims and confirmations, which costs a duplicate
+// run, never a message.
 type SQLIdempotencyStore struct {
 	db         DB
 	t          Tables
+	sql        idemStatements
 	lease      time.Duration
 	retention  time.Duration
 	purgeBatch int
@@ -77,7 +80,7 @@ func NewSQLIdempotencyStore(db DB, cfg SQLIdempotencyStoreConfig) (*SQLIdempoten
 	if cfg.ClaimTimeout < 0 || cfg.Retention < 0 || cfg.PurgeBatch < 0 {
 		return nil, fmt.Errorf("%w: idempotency store: negative setting", broker.ErrInvalidOption)
 	}
-	s := &SQLIdempotencyStore{db: db, t: t, lease: cfg.ClaimTimeout, retention: cfg.Retention, purgeBatch: cfg.PurgeBatch, holder: broker.NewID()}
+	s := &SQLIdempotencyStore{db: db, t: t, sql: renderIdemStatements(t), lease: cfg.ClaimTimeout, retention: cfg.Retention, purgeBatch: cfg.PurgeBatch, holder: broker.NewID()}
 	if s.lease == 0 {
 		s.lease = DefaultClaimTimeout
 	}
@@ -97,13 +100,7 @@ func NewSQLIdempotencyStore(db DB, cfg SQLIdempotencyStoreConfig) (*SQLIdempoten
 // ClaimClaimed.
 func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.Claim, error) {
 	for range idemClaimTries {
-		rows, err := s.db.Query(ctx, s.t.render(`
-			INSERT INTO {{idempotency}} AS cur (key, state, holder, expires_at)
-			VALUES ($1, 'claimed', $2, now() + $3 * interval '1 second')
-			ON CONFLICT (key) DO UPDATE
-			SET state = 'claimed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-			WHERE cur.expires_at <= now()
-			RETURNING 1`), []byte(key), s.holder, s.lease.Seconds())
+		rows, err := s.db.Query(ctx, s.sql.claim, []byte(key), s.holder, s.lease.Seconds())
 		if err != nil {
 			return 0, fmt.Errorf("idempotency %s: claim: %w", s.t.Idempotency, err)
 		}
@@ -119,7 +116,7 @@ func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.C
 			state string
 			live  bool
 		)
-		err = s.db.QueryRow(ctx, s.t.render(`SELECT state, expires_at > now() FROM {{idempotency}} WHERE key = $1`), []byte(key)).Scan(&state, &live)
+		err = s.db.QueryRow(ctx, s.sql.look, []byte(key)).Scan(&state, &live)
 		switch {
 		case err != nil && isNoRows(err):
 			continue
@@ -145,11 +142,7 @@ func (s *SQLIdempotencyStore) FirstTime(ctx context.Context, key string) (bool, 
 // Confirm records that key's work was done: it is a duplicate for
 // Retention from now, whoever held the claim.
 func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
-	_, err := s.db.Exec(ctx, s.t.render(`
-		INSERT INTO {{idempotency}} (key, state, holder, expires_at)
-		VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second')
-		ON CONFLICT (key) DO UPDATE
-		SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at`),
+	_, err := s.db.Exec(ctx, s.sql.confirm,
 		[]byte(key), s.holder, s.retention.Seconds())
 	if err != nil {
 		return fmt.Errorf("idempotency %s: confirm: %w", s.t.Idempotency, err)
@@ -161,9 +154,7 @@ func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
 // It never removes a confirmation (that would undo work that was done) nor
 // another holder's claim (that would put two consumers on one message).
 func (s *SQLIdempotencyStore) Forget(ctx context.Context, key string) error {
-	_, err := s.db.Exec(ctx, s.t.render(`
-		DELETE FROM {{idempotency}}
-		WHERE key = $1 AND state = 'claimed' AND holder = $2 AND expires_at > now()`), []byte(key), s.holder)
+	_, err := s.db.Exec(ctx, s.sql.forget, []byte(key), s.holder)
 	if err != nil {
 		return fmt.Errorf("idempotency %s: forget: %w", s.t.Idempotency, err)
 	}
@@ -177,11 +168,7 @@ func (s *SQLIdempotencyStore) Forget(ctx context.Context, key string) error {
 func (s *SQLIdempotencyStore) PurgeExpired(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.db.Exec(ctx, s.t.render(`
-			DELETE FROM {{idempotency}}
-			WHERE key IN (SELECT key FROM {{idempotency}} WHERE expires_at <= now()
-			              LIMIT $1 FOR UPDATE SKIP LOCKED)
-			  AND expires_at <= now()`), s.purgeBatch)
+		tag, err := s.db.Exec(ctx, s.sql.purge, s.purgeBatch)
 		if err != nil {
 			return total, fmt.Errorf("idempotency %s: purge expired: %w", s.t.Idempotency, err)
 		}
@@ -189,5 +176,38 @@ func (s *SQLIdempotencyStore) PurgeExpired(ctx context.Context) (int64, error) {
 		if tag.RowsAffected() < int64(s.purgeBatch) {
 			return total, nil
 		}
+	}
+}
+
+// idemStatements are the store's statements, rendered for its tables once
+// (rendering builds a strings.Replacer, which cost more Go time than the
+// rest of a claim did).
+type idemStatements struct {
+	claim, look, confirm, forget, purge string
+}
+
+func renderIdemStatements(t Tables) idemStatements {
+	return idemStatements{
+		claim: t.render(`
+			INSERT INTO {{idempotency}} AS cur (key, state, holder, expires_at)
+			VALUES ($1, 'claimed', $2, now() + $3 * interval '1 second')
+			ON CONFLICT (key) DO UPDATE
+			SET state = 'claimed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+			WHERE cur.expires_at <= now()
+			RETURNING 1`),
+		look: t.render(`SELECT state, expires_at > now() FROM {{idempotency}} WHERE key = $1`),
+		confirm: t.render(`
+			INSERT INTO {{idempotency}} (key, state, holder, expires_at)
+			VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second')
+			ON CONFLICT (key) DO UPDATE
+			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at`),
+		forget: t.render(`
+			DELETE FROM {{idempotency}}
+			WHERE key = $1 AND state = 'claimed' AND holder = $2 AND expires_at > now()`),
+		purge: t.render(`
+			DELETE FROM {{idempotency}}
+			WHERE key IN (SELECT key FROM {{idempotency}} WHERE expires_at <= now()
+			              LIMIT $1 FOR UPDATE SKIP LOCKED)
+			  AND expires_at <= now()`),
 	}
 }

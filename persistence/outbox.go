@@ -21,7 +21,9 @@ type SQLOutboxStoreConfig struct {
 	Tables Tables
 	// Lease is how long a claim on records lasts (0 =
 	// patterns.DefaultOutboxLease). A relay that dies mid-batch is taken
-	// over once it runs out; it must comfortably exceed a batch's publish.
+	// over once it runs out. It must comfortably exceed two batches'
+	// publish: a relay claims its next batch (PendingAfter) while the
+	// current one is being published.
 	Lease time.Duration
 	// MaxAttempts is how many refused publishes a record gets before it is
 	// no longer claimed (0 = patterns.DefaultOutboxMaxAttempts).
@@ -59,6 +61,7 @@ type SQLOutboxStoreConfig struct {
 type SQLOutboxStore struct {
 	db          DB
 	t           Tables
+	sql         outboxStatements
 	lease       time.Duration
 	maxAttempts int
 	listen      func(ctx context.Context) (*pgx.Conn, error)
@@ -78,7 +81,7 @@ func NewSQLOutboxStore(db DB, cfg SQLOutboxStoreConfig) (*SQLOutboxStore, error)
 	if cfg.Lease < 0 || cfg.MaxAttempts < 0 {
 		return nil, fmt.Errorf("%w: outbox store: negative lease or max attempts", broker.ErrInvalidOption)
 	}
-	s := &SQLOutboxStore{db: db, t: t, lease: cfg.Lease, maxAttempts: cfg.MaxAttempts, listen: cfg.Listen, owner: broker.NewID()}
+	s := &SQLOutboxStore{db: db, t: t, sql: renderOutboxStatements(t), lease: cfg.Lease, maxAttempts: cfg.MaxAttempts, listen: cfg.Listen, owner: broker.NewID()}
 	if s.lease == 0 {
 		s.lease = patterns.DefaultOutboxLease
 	}
@@ -106,11 +109,7 @@ func (s *SQLOutboxStore) Add(ctx context.Context, tx DB, rec patterns.OutboxReco
 	}
 	body, enc := encodeBody(rec.Message.Body)
 	var id int64
-	err = tx.QueryRow(ctx, s.t.render(`
-		WITH ins AS (
-			INSERT INTO {{outbox}} (exchange, routing_key, message_id, envelope, body, body_encoding)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id)
-		SELECT ins.id FROM ins, pg_notify($7, '') AS n`),
+	err = tx.QueryRow(ctx, s.sql.add,
 		pgText(rec.Exchange), pgText(rec.RoutingKey), pgText(rec.Message.MessageID), env, body, enc, s.t.Outbox).Scan(&id)
 	if err != nil {
 		return "", fmt.Errorf("outbox add to %s: %w", s.t.Outbox, err)

@@ -18,40 +18,53 @@ import (
 // won. Claimable are records with attempts left, older than the first
 // record anybody holds under a live lease, whose own lease is free.
 func (s *SQLOutboxStore) Pending(ctx context.Context, limit int) ([]patterns.OutboxRecord, error) {
+	return s.claim(ctx, limit, nil)
+}
+
+// PendingAfter claims like Pending, except that the records in held (the
+// caller's current batch, claimed by this store and not yet settled)
+// neither stop the claim nor are claimed again: it claims the batch after
+// them (patterns.OutboxLookahead). Every other live lease, this store's own
+// included, still stops it.
+func (s *SQLOutboxStore) PendingAfter(ctx context.Context, held []string, limit int) ([]patterns.OutboxRecord, error) {
+	ids, err := parseOutboxIDs(held)
+	if err != nil {
+		return nil, err
+	}
+	return s.claim(ctx, limit, ids)
+}
+
+// claim is Pending and PendingAfter: held are ids that neither stop the
+// claim nor are claimed.
+func (s *SQLOutboxStore) claim(ctx context.Context, limit int, held []int64) ([]patterns.OutboxRecord, error) {
 	var lim *int64
 	if limit > 0 {
 		n := int64(limit)
 		lim = &n
 	}
+	if held == nil {
+		held = []int64{}
+	}
 	var out []patterns.OutboxRecord
 	err := inTx(ctx, s.db, func(tx pgx.Tx) error {
 		// Claimers queue here, so the first-live-lease rule below sees every
-		// lease committed before it.
+		// lease committed before it (the next statement's snapshot is taken
+		// after the lock is granted).
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "acemq-flow outbox "+s.t.Outbox); err != nil {
 			return fmt.Errorf("take the claim lock: %w", err)
 		}
-		rows, err := tx.Query(ctx, s.t.render(`
-			SELECT id FROM {{outbox}}
-			WHERE attempts < $1
-			  AND id < COALESCE((SELECT min(id) FROM {{outbox}} WHERE lease_until > now() AND attempts < $1), 9223372036854775807)
-			ORDER BY id LIMIT $2`), s.maxAttempts, lim)
-		if err != nil {
-			return fmt.Errorf("find claimable records: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		rows, err = tx.Query(ctx, s.t.render(`
-			UPDATE {{outbox}} SET lease_owner = $1, lease_until = now() + $2 * interval '1 second'
-			WHERE id = ANY($3) AND (lease_until IS NULL OR lease_until <= now())
-			RETURNING id, envelope, body, body_encoding, attempts, coalesce(last_error, ''), created_at`),
-			s.owner, s.lease.Seconds(), ids)
+		// The sub-select finds the candidates; the UPDATE's own condition,
+		// checked against each row's latest version, decides what is won.
+		rows, err := tx.Query(ctx, s.sql.claim,
+			s.owner, s.lease.Seconds(), s.maxAttempts, lim, held)
 		if err != nil {
 			return fmt.Errorf("claim records: %w", err)
 		}
 		out, err = pgx.CollectRows(rows, scanOutboxRecord)
-		return err
+		if err != nil {
+			return fmt.Errorf("claim records: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox %s: pending: %w", s.t.Outbox, err)
@@ -107,7 +120,7 @@ func (s *SQLOutboxStore) MarkPublished(ctx context.Context, ids ...string) error
 	if err != nil || len(n) == 0 {
 		return err
 	}
-	if _, err := s.db.Exec(ctx, s.t.render(`DELETE FROM {{outbox}} WHERE id = ANY($1)`), n); err != nil {
+	if _, err := s.db.Exec(ctx, s.sql.markPublished, n); err != nil {
 		return fmt.Errorf("outbox %s: mark published: %w", s.t.Outbox, err)
 	}
 	return nil
@@ -120,9 +133,7 @@ func (s *SQLOutboxStore) MarkFailed(ctx context.Context, id string, cause error)
 	if err != nil {
 		return err
 	}
-	_, err = s.db.Exec(ctx, s.t.render(`
-		UPDATE {{outbox}} SET attempts = attempts + 1, last_error = $2, lease_owner = NULL, lease_until = NULL
-		WHERE id = $1`), n[0], errorText(cause))
+	_, err = s.db.Exec(ctx, s.sql.markFailed, n[0], errorText(cause))
 	if err != nil {
 		return fmt.Errorf("outbox %s: mark %s failed: %w", s.t.Outbox, id, err)
 	}
@@ -136,9 +147,7 @@ func (s *SQLOutboxStore) Release(ctx context.Context, ids ...string) error {
 	if err != nil || len(n) == 0 {
 		return err
 	}
-	_, err = s.db.Exec(ctx, s.t.render(`
-		UPDATE {{outbox}} SET lease_owner = NULL, lease_until = NULL
-		WHERE id = ANY($1) AND lease_owner = $2`), n, s.owner)
+	_, err = s.db.Exec(ctx, s.sql.release, n, s.owner)
 	if err != nil {
 		return fmt.Errorf("outbox %s: release: %w", s.t.Outbox, err)
 	}
@@ -186,4 +195,36 @@ func (s *SQLOutboxStore) Records(ctx context.Context, limit int) ([]patterns.Out
 		return nil, fmt.Errorf("outbox %s: records: %w", s.t.Outbox, err)
 	}
 	return recs, nil
+}
+
+// outboxStatements are the store's statements, rendered for its tables
+// once rather than on every call.
+type outboxStatements struct {
+	add, claim, markPublished, markFailed, release string
+}
+
+func renderOutboxStatements(t Tables) outboxStatements {
+	return outboxStatements{
+		add: t.render(`
+			WITH ins AS (
+				INSERT INTO {{outbox}} (exchange, routing_key, message_id, envelope, body, body_encoding)
+				VALUES ($1, $2, $3, $4, $5, $6) RETURNING id)
+			SELECT ins.id FROM ins, pg_notify($7, '') AS n`),
+		claim: t.render(`
+			UPDATE {{outbox}} SET lease_owner = $1, lease_until = now() + $2 * interval '1 second'
+			WHERE id IN (
+				SELECT id FROM {{outbox}}
+				WHERE attempts < $3 AND id <> ALL($5)
+				  AND id < COALESCE((SELECT min(id) FROM {{outbox}} WHERE lease_until > now() AND attempts < $3 AND id <> ALL($5)), 9223372036854775807)
+				ORDER BY id LIMIT $4)
+			  AND (lease_until IS NULL OR lease_until <= now())
+			RETURNING id, envelope, body, body_encoding, attempts, coalesce(last_error, ''), created_at`),
+		markPublished: t.render(`DELETE FROM {{outbox}} WHERE id = ANY($1)`),
+		markFailed: t.render(`
+			UPDATE {{outbox}} SET attempts = attempts + 1, last_error = $2, lease_owner = NULL, lease_until = NULL
+			WHERE id = $1`),
+		release: t.render(`
+			UPDATE {{outbox}} SET lease_owner = NULL, lease_until = NULL
+			WHERE id = ANY($1) AND lease_owner = $2`),
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -80,13 +79,17 @@ func encodeEnvelope(e outboxEnvelope) (string, error) {
 }
 
 func decodeEnvelope(s string) (outboxEnvelope, error) {
-	var tv typed
-	if err := json.Unmarshal([]byte(s), &tv); err != nil {
-		return outboxEnvelope{}, fmt.Errorf("%w: %w", errEnvelope, err)
-	}
-	v, err := tv.value()
+	// The fast path reads what encodeEnvelope writes; anything else it
+	// leaves to the reference decoder, which also says what is wrong.
+	v, err := fastTypedValue(s)
 	if err != nil {
-		return outboxEnvelope{}, err
+		var tv typed
+		if err := json.Unmarshal([]byte(s), &tv); err != nil {
+			return outboxEnvelope{}, fmt.Errorf("%w: %w", errEnvelope, err)
+		}
+		if v, err = tv.value(); err != nil {
+			return outboxEnvelope{}, err
+		}
 	}
 	t, ok := v.(transport.Table)
 	if !ok {
@@ -189,26 +192,72 @@ func typedTable(t transport.Table) (typed, error) {
 
 func (tv typed) value() (any, error) {
 	bad := func(err error) (any, error) { return nil, fmt.Errorf("%w: %s value: %w", errEnvelope, tv.T, err) }
-	var s string
-	if strings.HasPrefix(tv.T, "i") || strings.HasPrefix(tv.T, "u") || strings.HasPrefix(tv.T, "f") ||
-		tv.T == "str" || tv.T == "str64" || tv.T == "bytes" || tv.T == "time" {
-		if err := json.Unmarshal(tv.V, &s); err != nil {
+	switch tv.T {
+	case "null":
+		return nil, nil
+	case "bool":
+		var b bool
+		if err := json.Unmarshal(tv.V, &b); err != nil {
 			return bad(err)
 		}
+		return b, nil
+	case "table":
+		var m map[string]typed
+		if err := json.Unmarshal(tv.V, &m); err != nil {
+			return bad(err)
+		}
+		t := make(transport.Table, len(m))
+		for k, e := range m {
+			v, err := e.value()
+			if err != nil {
+				return nil, err
+			}
+			t[k] = v
+		}
+		return t, nil
+	case "array":
+		var list []typed
+		if err := json.Unmarshal(tv.V, &list); err != nil {
+			return bad(err)
+		}
+		out := make([]any, len(list))
+		for i, e := range list {
+			v, err := e.value()
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+		}
+		return out, nil
 	}
+	if !scalarTag(tv.T) {
+		return nil, fmt.Errorf("%w: unknown value type %q", errEnvelope, tv.T)
+	}
+	var s string
+	if err := json.Unmarshal(tv.V, &s); err != nil {
+		return bad(err)
+	}
+	return scalarValue(tv.T, s)
+}
+
+// scalarTag says whether values of type tag are written as a JSON string.
+func scalarTag(tag string) bool {
+	switch tag {
+	case "i8", "u8", "i16", "u16", "i32", "u32", "i64", "int", "f32", "f64", "str", "str64", "bytes", "time":
+		return true
+	}
+	return false
+}
+
+// scalarValue is the value of type tag (one scalarTag accepts) written as s.
+func scalarValue(tag, s string) (any, error) {
 	intOf := func(bits int) (int64, error) { return strconv.ParseInt(s, 10, bits) }
 	uintOf := func(bits int) (uint64, error) { return strconv.ParseUint(s, 10, bits) }
 	var (
 		v   any
 		err error
 	)
-	switch tv.T {
-	case "null":
-		return nil, nil
-	case "bool":
-		var b bool
-		err = json.Unmarshal(tv.V, &b)
-		v = b
+	switch tag {
 	case "i8":
 		var n int64
 		n, err = intOf(8)
@@ -250,42 +299,18 @@ func (tv typed) value() (any, error) {
 	case "str64", "bytes":
 		var b []byte
 		b, err = base64.StdEncoding.DecodeString(s)
-		if tv.T == "str64" {
+		if tag == "str64" {
 			v = string(b)
 		} else {
 			v = b
 		}
 	case "time":
 		v, err = time.Parse(time.RFC3339Nano, s)
-	case "table":
-		var m map[string]typed
-		if err := json.Unmarshal(tv.V, &m); err != nil {
-			return bad(err)
-		}
-		t := make(transport.Table, len(m))
-		for k, e := range m {
-			if t[k], err = e.value(); err != nil {
-				return nil, err
-			}
-		}
-		return t, nil
-	case "array":
-		var list []typed
-		if err := json.Unmarshal(tv.V, &list); err != nil {
-			return bad(err)
-		}
-		out := make([]any, len(list))
-		for i, e := range list {
-			if out[i], err = e.value(); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
 	default:
-		return nil, fmt.Errorf("%w: unknown value type %q", errEnvelope, tv.T)
+		return nil, fmt.Errorf("%w: unknown value type %q", errEnvelope, tag)
 	}
 	if err != nil {
-		return bad(err)
+		return nil, fmt.Errorf("%w: %s value: %w", errEnvelope, tag, err)
 	}
 	return v, nil
 }

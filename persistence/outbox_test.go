@@ -341,3 +341,56 @@ func TestOutboxStoreWithoutPoolCannotListen(t *testing.T) {
 	require.ErrorIs(t, err, patterns.ErrOutboxCannotListen)
 	require.Contains(t, fmt.Sprint(err), "*pgx.Conn")
 }
+
+// PendingAfter claims past the caller's current batch only: any other live
+// lease, the store's own included, still stops it, and another claimant
+// still stands by.
+func TestOutboxPendingAfterClaimsPastHeldOnly(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	ctx := ctxT(t)
+	conn, err := broker.Open(ctx, "memory://")
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	s := outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{})
+	other := outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{})
+	var ids []string
+	for i := range 6 {
+		rec, err := patterns.Record(ctx, conn, i, broker.To("orders"))
+		require.NoError(t, err)
+		id, err := s.Add(ctx, db, rec)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	recIDs := func(recs []patterns.OutboxRecord) []string {
+		out := []string{}
+		for _, r := range recs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+
+	first, err := s.Pending(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, ids[:2], recIDs(first))
+	none, err := s.Pending(ctx, 2)
+	require.NoError(t, err)
+	require.Empty(t, none, "its own live leases stop a plain claim")
+	next, err := s.PendingAfter(ctx, ids[:2], 2)
+	require.NoError(t, err)
+	require.Equal(t, ids[2:4], recIDs(next), "the batch after the held one")
+	none, err = s.PendingAfter(ctx, ids[:1], 2)
+	require.NoError(t, err)
+	require.Empty(t, none, "a live lease not held stops it")
+	none, err = other.PendingAfter(ctx, ids[:2], 2)
+	require.NoError(t, err)
+	require.Empty(t, none, "another claimant's leases are never held")
+
+	// The batch looked ahead of fails: it and the look-ahead go back, and
+	// the next claim starts again from the first of them.
+	require.NoError(t, s.Release(ctx, ids[:4]...))
+	again, err := other.Pending(ctx, 3)
+	require.NoError(t, err)
+	require.Equal(t, ids[:3], recIDs(again))
+}

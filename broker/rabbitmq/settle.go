@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -56,7 +57,25 @@ func (h *heldChannel) retire() {
 	}
 }
 
+// close closes the channel SettleGrace after now, the last settlement on
+// it: closing at once lets a quorum queue undo acknowledgements it has not
+// applied yet. Close of the transport cuts the wait short, after waiting
+// out the grace itself.
 func (h *heldChannel) close() {
+	t := h.t
+	later := func() {
+		select {
+		case <-time.After(t.cfg.SettleGrace):
+		case <-t.ctx.Done():
+		}
+		h.closeNow()
+	}
+	if !t.goOwned(later) {
+		h.closeNow()
+	}
+}
+
+func (h *heldChannel) closeNow() {
 	if err := h.ch.Close(); err != nil && !h.ch.IsClosed() {
 		h.t.log.Warn("rabbitmq could not close a consumer channel", slog.Any("error", err))
 	}
@@ -114,6 +133,7 @@ func (s *settler) settle(op string, send func() error) error {
 		return fmt.Errorf("%w: %s delivery %d: %v", transport.ErrStaleDelivery, op, s.tag, err)
 	}
 	s.settled = true
+	s.h.t.lastSettle.Store(time.Now().UnixNano())
 	s.h.settled()
 	return nil
 }

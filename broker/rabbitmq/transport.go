@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/acemq/acemq-flow/broker/transport"
 )
@@ -31,6 +32,10 @@ type Transport struct {
 	changed chan struct{} // closed and replaced whenever cur changes
 	gen     uint64
 	subs    map[*subscription]struct{}
+
+	// lastSettle is when a delivery was last acked or nacked (unix nanos),
+	// so that Close can give the broker SettleGrace to apply it.
+	lastSettle atomic.Int64
 }
 
 var _ transport.Transport = (*Transport)(nil)

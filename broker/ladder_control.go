@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -185,10 +184,13 @@ func (l *ladder) process(k *Consumer, d *transport.Delivery) {
 		err = l.conn.send(ctx, Outgoing{Exchange: exchange, RoutingKey: key, Mandatory: true, Message: out})
 		if err == nil {
 			l.delivered.Add(1)
-		} else if errors.Is(err, transport.ErrUnroutable) {
-			// Nothing bound to the target yet: try again a second later
-			// rather than spinning through the control queue.
-			log.Debug("scheduled target unroutable; retrying in 1s", slog.String("exchange", exchange), slog.String("key", key))
+		} else if Refused(err) {
+			// The target refused it (nothing bound yet, a full queue, a
+			// missing exchange): try again a second later rather than
+			// spinning through the control queue, and keep the rung-refusal
+			// handling below for the ladder's own queues.
+			log.Debug("scheduled target refused the message; retrying in 1s", slog.String("exchange", exchange),
+				slog.String("key", key), slog.Any("error", err))
 			err = l.hop(ctx, Rungs[len(Rungs)-1].Suffix, msg)
 			if err == nil {
 				l.hops.Add(1)

@@ -25,9 +25,7 @@ func movable(d *transport.Delivery) transport.Message {
 	if m.Headers == nil {
 		m.Headers = Table{}
 	}
-	for _, h := range brokerHeaders {
-		delete(m.Headers, h)
-	}
+	StripBrokerHeaders(m.Headers)
 	return m
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/internal/brokertest"
+	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
 // TestLadderNoHeadOfLineBlocking is the seed's failure: a long delay
@@ -102,5 +103,37 @@ func TestMalformedControlMessageIsDropped(t *testing.T) {
 		require.NoError(t, conn.Publish(ctx, "stray", broker.ToExchange(conn.Ladder()), broker.To(conn.Ladder()+broker.DueSuffix), broker.Mandatory()))
 		require.Eventually(t, func() bool { return conn.LadderStats().Malformed == 1 }, 5*time.Second, 10*time.Millisecond)
 		require.Eventually(t, func() bool { return h.Depth(conn.Ladder()+broker.DueSuffix) == 0 }, 5*time.Second, 20*time.Millisecond)
+	})
+}
+
+// TestScheduledToMissingExchangeWaits: a due message whose exchange does
+// not exist yet goes round the one-second rung (not straight back to the
+// control queue) until the exchange and a binding appear.
+func TestScheduledToMissingExchangeWaits(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("later-exchange")
+		ex := testenv.Name(t, "later-exchange")
+		h.DeleteExchangeLater(ex)
+		require.NoError(t, conn.RunLadder(ctx))
+		out, err := conn.Prepare(ctx, "hello", broker.ToExchange(ex), broker.To("k"))
+		require.NoError(t, err)
+		require.NoError(t, conn.Schedule(ctx, time.Now(), out))
+		require.Eventually(t, func() bool { return conn.LadderStats().Hops >= 1 }, 5*time.Second, 20*time.Millisecond,
+			"the message hops into the 1s rung")
+		require.Equal(t, int64(0), conn.LadderStats().Delivered)
+		require.NoError(t, conn.Declare(ctx, broker.Topology{
+			Exchanges: []broker.Exchange{{Name: ex, Kind: "direct", Durable: true}},
+			Queues:    broker.ConsumerTopology(q).Queues,
+			Bindings:  []broker.Binding{{Queue: q, Exchange: ex, Key: "k"}},
+		}))
+		handler, got := brokertest.Recorder(func(*broker.Message) broker.Ack { return broker.Accept() })
+		_, err = conn.Consume(ctx, q, handler, broker.WithRetry(broker.NoRetry()))
+		require.NoError(t, err)
+		var s string
+		require.NoError(t, brokertest.Next(t, got, 5*time.Second).Msg.Decode(&s))
+		require.Equal(t, "hello", s)
+		require.Less(t, conn.LadderStats().Hops, int64(20), "it waited a second a hop, not spinning")
 	})
 }

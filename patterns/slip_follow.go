@@ -170,13 +170,12 @@ func (f *slipFollower) resolve(slip *RoutingSlip, arrived, form Form) (*RoutingS
 	return out, nil
 }
 
-// slipDropped are the input's headers a hop does not carry: the broker's
-// dead-lettering record, a trace context the hop's own publish replaces,
-// a replay's stamps (the hop is a new message, never replayed) and the
-// slip, which the hop writes afresh in its own form.
+// slipDropped are the input's headers a hop does not carry besides the
+// broker's own dead-lettering record (broker.StripBrokerHeaders): a trace
+// context the hop's own publish replaces, a replay's stamps (the hop is a
+// new message, never replayed) and the slip, which the hop writes afresh
+// in its own form.
 var slipDropped = []string{
-	"x-death", "x-first-death-reason", "x-first-death-queue", "x-first-death-exchange",
-	"x-last-death-reason", "x-last-death-queue", "x-last-death-exchange", "x-delivery-count",
 	"traceparent", "tracestate",
 	broker.HeaderReplayedFrom, broker.HeaderReplayedAt, broker.HeaderReplayCount,
 	broker.HeaderRoutingSlip,
@@ -186,6 +185,7 @@ var slipDropped = []string{
 func (f *slipFollower) hop(ctx context.Context, m *broker.Message, next *RoutingSlip, form Form, payload any) (broker.Outgoing, error) {
 	to := next.itinerary[0]
 	headers := m.Headers.Clone()
+	broker.StripBrokerHeaders(headers)
 	for _, h := range slipDropped {
 		delete(headers, h)
 	}

@@ -196,3 +196,35 @@ func TestFollowSlipRefusesBadArguments(t *testing.T) {
 		require.ErrorIs(t, f(), broker.ErrInvalidOption, name)
 	}
 }
+
+// TestSlipHopDropsBrokerHeaders: a message that was dead-lettered on its way
+// (x-death, original-expiration, x-delivery-count) hops on without them,
+// as the contract's hop rules say, while its application headers travel.
+func TestSlipHopDropsBrokerHeaders(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		ex := h.Exchange("slip-headers")
+		first, second := h.Queue("first"), h.Queue("second")
+		h.Bind(first, ex, "first")
+		h.Bind(second, ex, "second")
+		pass := func(_ context.Context, m *broker.Message) (any, error) { return "on", nil }
+		slipStage(t, conn, first, pass)
+		seen := slipStage(t, conn, second, pass)
+
+		slip := patterns.NewRoutingSlip().Step("first", ex, "first").Step("second", ex, "second")
+		_, err := slip.Start(ctx, conn, "go", broker.Header("tenant", "acme"),
+			broker.Header("x-death", []any{broker.Table{"count": int64(1), "reason": "expired", "queue": "elsewhere"}}),
+			broker.Header("original-expiration", "1000"), broker.Header("x-delivery-count", int64(3)))
+		require.NoError(t, err)
+		select {
+		case m := <-seen:
+			require.Equal(t, "acme", m.Headers["tenant"], "application headers travel with the hop")
+			for _, gone := range []string{"x-death", "original-expiration", "x-delivery-count"} {
+				require.NotContains(t, m.Headers, gone)
+			}
+		case <-ctx.Done():
+			t.Fatal("the second step never saw the hop")
+		}
+	})
+}

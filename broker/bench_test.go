@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
@@ -28,19 +29,11 @@ const (
 var benchBody = make([]byte, 256)
 
 func benchConn(b *testing.B) (*broker.Conn, string, string) {
-	url := testenv.RabbitURL(b)
-	ctx := context.Background()
-	conn, err := broker.Config{Ladder: testenv.Name(b, "ladder"), Logger: slog.New(slog.DiscardHandler)}.Open(ctx, url)
-	require.NoError(b, err)
-	q := testenv.Name(b, "bench")
-	require.NoError(b, conn.Declare(ctx, broker.ConsumerTopology(q)))
-	b.Cleanup(func() {
-		for _, n := range []string{q, q + broker.DeadLetterSuffix, q + broker.ParkedSuffix} {
-			_, _ = conn.Transport().DeleteQueue(ctx, n)
-		}
-		_ = conn.Close(ctx)
-	})
-	return conn, url, q
+	h := brokertest.New(b, testenv.RabbitURL(b), true)
+	conn := h.Open(broker.Config{Logger: slog.New(slog.DiscardHandler)})
+	q := h.Queue("bench")
+	require.NoError(b, conn.Declare(context.Background(), broker.ConsumerTopology(q)))
+	return conn, h.URL, q
 }
 
 // parallel runs n operations split across benchPublishers goroutines.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 	"github.com/acemq/acemq-flow/patterns"
 )
@@ -18,15 +19,9 @@ import (
 func BenchmarkReplay(b *testing.B) {
 	const perPass = 5000
 	ctx := context.Background()
-	conn, err := broker.Config{Logger: testenv.Logger(b), Ladder: testenv.Name(b, "ladder")}.Open(ctx, testenv.RabbitURL(b))
-	require.NoError(b, err)
-	defer conn.Close(ctx)
-	q := testenv.Name(b, "bench-replay")
-	defer func() {
-		for _, n := range []string{q, q + broker.DeadLetterSuffix, q + broker.ParkedSuffix} {
-			_, _ = conn.Transport().DeleteQueue(ctx, n)
-		}
-	}()
+	h := brokertest.New(b, testenv.RabbitURL(b), true)
+	conn := h.Open(broker.Config{})
+	q := h.Queue("bench-replay")
 	require.NoError(b, conn.Declare(ctx, broker.ConsumerTopology(q)))
 	var moved int
 	var elapsed time.Duration

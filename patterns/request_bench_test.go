@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 	"github.com/acemq/acemq-flow/patterns"
 )
@@ -21,16 +22,9 @@ func BenchmarkRequestReply(b *testing.B) {
 	for _, callers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			ctx := context.Background()
-			url := testenv.RabbitURL(b)
-			conn, err := broker.Config{Logger: testenv.Logger(b), Ladder: testenv.Name(b, "ladder")}.Open(ctx, url)
-			require.NoError(b, err)
-			defer conn.Close(ctx)
-			q := testenv.Name(b, "bench-request")
-			defer func() {
-				for _, n := range []string{q, q + broker.DeadLetterSuffix, q + broker.ParkedSuffix} {
-					_, _ = conn.Transport().DeleteQueue(ctx, n)
-				}
-			}()
+			h := brokertest.New(b, testenv.RabbitURL(b), true)
+			conn := h.Open(broker.Config{})
+			q := h.Queue("bench-request")
 			responder, err := patterns.Serve(ctx, conn, q, func(_ context.Context, m *broker.Message) (any, error) {
 				return m.Body, nil
 			}, broker.Concurrency(16), broker.Prefetch(64))

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 	"github.com/acemq/acemq-flow/patterns"
 )
@@ -20,11 +21,10 @@ import (
 func BenchmarkStreamRead(b *testing.B) {
 	const total = 20000
 	ctx := context.Background()
-	conn, err := broker.Config{Logger: testenv.Logger(b), Ladder: testenv.Name(b, "ladder")}.Open(ctx, testenv.RabbitURL(b))
-	require.NoError(b, err)
-	defer conn.Close(ctx)
+	h := brokertest.New(b, testenv.RabbitURL(b), true)
+	conn := h.Open(broker.Config{})
 	stream := testenv.Name(b, "bench-stream")
-	defer conn.Transport().DeleteQueue(ctx, stream)
+	h.DeleteLater(stream)
 	require.NoError(b, patterns.DeclareStream(ctx, conn, stream, patterns.StreamRetention{MaxAge: time.Hour}))
 	var wg sync.WaitGroup
 	for w := range 32 {

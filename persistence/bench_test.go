@@ -31,9 +31,9 @@ func BenchmarkOutboxRelayThroughput(b *testing.B) {
 			tb := tables(b, db)
 			r := newRabbit(b)
 			ctx := ctxT(b)
-			q := r.queue("bench-relay")
-			r.declare(q)
-			conn := r.open()
+			q := r.Queue("bench-relay")
+			r.Declare(q)
+			conn := r.Open(broker.Config{})
 			s := outboxStore(b, db, tb, persistence.SQLOutboxStoreConfig{})
 			body := make([]byte, 256)
 			require.NoError(b, pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -96,9 +96,9 @@ func BenchmarkSendInFlight(b *testing.B) {
 		b.Run(fmt.Sprintf("in_flight=%d", inFlight), func(b *testing.B) {
 			r := newRabbit(b)
 			ctx := ctxT(b)
-			q := r.queue("bench-send")
-			r.declare(q)
-			conn := r.open()
+			q := r.Queue("bench-send")
+			r.Declare(q)
+			conn := r.Open(broker.Config{})
 			outs := make([]broker.Outgoing, b.N)
 			for i := range outs {
 				out, err := conn.Prepare(ctx, make([]byte, 256), broker.To(q), broker.Mandatory())
@@ -154,9 +154,9 @@ func BenchmarkOutboxCommitToConsumer(b *testing.B) {
 			tb := tables(b, db)
 			r := newRabbit(b)
 			ctx := ctxT(b)
-			q := r.queue("bench-latency")
-			r.declare(q)
-			conn := r.open()
+			q := r.Queue("bench-latency")
+			r.Declare(q)
+			conn := r.Open(broker.Config{})
 			got := make(chan struct{}, 1)
 			_, err := conn.Consume(ctx, q, func(context.Context, *broker.Message) broker.Ack {
 				got <- struct{}{}

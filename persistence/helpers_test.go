@@ -11,13 +11,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 	"github.com/acemq/acemq-flow/persistence"
 )
 
+// ctxT bounds a test at 90 s; a benchmark runs as long as its b.N needs
+// (a relay started with a 90 s context stops mid-benchmark).
 func ctxT(tb testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, bench := tb.(*testing.B); !bench {
+		ctx, cancel = context.WithTimeout(context.Background(), 90*time.Second)
+	}
 	tb.Cleanup(cancel)
 	return ctx
 }
@@ -58,60 +63,9 @@ func tables(tb testing.TB, db *pgxpool.Pool) persistence.Tables {
 	return t
 }
 
-// rabbit opens RabbitMQ connections with a ladder of the test's own and
-// deletes what the test declared.
-type rabbit struct {
-	tb     testing.TB
-	url    string
-	ladder string
-	admin  *broker.Conn
-}
-
-func newRabbit(tb testing.TB) *rabbit {
-	r := &rabbit{tb: tb, url: testenv.RabbitURL(tb), ladder: testenv.Name(tb, "ladder")}
-	r.admin = r.open()
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, q := range broker.LadderTopology(r.ladder).Queues {
-			_, _ = r.admin.Transport().DeleteQueue(ctx, q.Name)
-		}
-		_ = r.admin.Transport().DeleteExchange(ctx, r.ladder)
-	})
-	return r
-}
-
-// open returns a connection closed when the test ends.
-func (r *rabbit) open() *broker.Conn {
-	r.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := broker.Config{Ladder: r.ladder, Logger: testenv.Logger(r.tb)}.Open(ctx, r.url)
-	require.NoError(r.tb, err)
-	r.tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(r.tb, c.Close(ctx))
-	})
-	return c
-}
-
-// queue is a unique queue name; it, its .dlq and .parked are deleted when
-// the test ends.
-func (r *rabbit) queue(prefix string) string {
-	q := testenv.Name(r.tb, prefix)
-	r.tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, n := range []string{q, q + broker.DeadLetterSuffix, q + broker.ParkedSuffix} {
-			_, _ = r.admin.Transport().DeleteQueue(ctx, n)
-		}
-	})
-	return q
-}
-
-// declare declares queue with its .dlq and .parked (as a consumer would).
-func (r *rabbit) declare(q string) {
-	r.tb.Helper()
-	require.NoError(r.tb, r.admin.Declare(ctxT(r.tb), broker.ConsumerTopology(q)))
+// newRabbit is the shared broker harness on RabbitMQ: connections with a
+// ladder of the test's own, unique queue names, everything deleted at the
+// end.
+func newRabbit(tb testing.TB) *brokertest.Harness {
+	return brokertest.New(tb, testenv.RabbitURL(tb), true)
 }

@@ -198,14 +198,14 @@ func TestIdempotentConsumersShareSQLStore(t *testing.T) {
 	tb := tables(t, db)
 	r := newRabbit(t)
 	ctx := ctxT(t)
-	q := r.queue("idem-shared")
-	r.declare(q)
+	q := r.Queue("idem-shared")
+	r.Declare(q)
 
 	var mu sync.Mutex
 	work := map[string]int{}
 	seen := newSettlements()
 	for range 3 {
-		conn := r.open()
+		conn := r.Open(broker.Config{})
 		store := idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{})
 		guard, err := patterns.Idempotent(store, patterns.InProgressDelay(200*time.Millisecond))
 		require.NoError(t, err)
@@ -220,7 +220,7 @@ func TestIdempotentConsumersShareSQLStore(t *testing.T) {
 	}
 
 	const n = 60
-	pub := r.open()
+	pub := r.Open(broker.Config{})
 	for i := range n {
 		for range 2 { // every message delivered twice
 			require.NoError(t, pub.Publish(ctx, map[string]int{"order": i}, broker.To(q), broker.MessageID(fmt.Sprintf("order-%d", i))))
@@ -246,13 +246,13 @@ func TestIdempotencyConsumerKilledMidHandler(t *testing.T) {
 	tb := tables(t, db)
 	r := newRabbit(t)
 	ctx := ctxT(t)
-	q := r.queue("idem-killed")
-	r.declare(q)
+	q := r.Queue("idem-killed")
+	r.Declare(q)
 	cfg := persistence.SQLIdempotencyStoreConfig{ClaimTimeout: 2 * time.Second}
 
 	// A takes the message, claims it, and hangs in its handler; then its
 	// connection goes away under it, as a killed process's would.
-	connA, err := broker.Config{Ladder: r.ladder, Logger: testenv.Logger(t)}.Open(ctx, r.url)
+	connA, err := broker.Config{Ladder: r.Ladder, Logger: testenv.Logger(t)}.Open(ctx, r.URL)
 	require.NoError(t, err)
 	guardA, err := patterns.Idempotent(idemStore(t, db, tb, cfg))
 	require.NoError(t, err)
@@ -263,7 +263,7 @@ func TestIdempotencyConsumerKilledMidHandler(t *testing.T) {
 		return broker.Accept()
 	}, broker.Use(guardA), broker.Prefetch(1))
 	require.NoError(t, err)
-	require.NoError(t, r.admin.Publish(ctx, "charge", broker.To(q), broker.MessageID("killed-1")))
+	require.NoError(t, r.Admin.Publish(ctx, "charge", broker.To(q), broker.MessageID("killed-1")))
 	<-started
 	killCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	require.Error(t, connA.Close(killCtx), "A's handler is still running when its connection goes")
@@ -279,7 +279,7 @@ func TestIdempotencyConsumerKilledMidHandler(t *testing.T) {
 	guardB, err := patterns.Idempotent(idemStore(t, db, tb, cfg), patterns.InProgressDelay(300*time.Millisecond))
 	require.NoError(t, err)
 	ran := make(chan *broker.Message, 1)
-	_, err = r.open().Consume(ctx, q, func(_ context.Context, m *broker.Message) broker.Ack {
+	_, err = r.Open(broker.Config{}).Consume(ctx, q, func(_ context.Context, m *broker.Message) broker.Ack {
 		ran <- m
 		return broker.Accept()
 	}, broker.Use(seen.middleware, guardB), broker.WithRetry(broker.Constant(2, 100*time.Millisecond)))
@@ -293,7 +293,7 @@ func TestIdempotencyConsumerKilledMidHandler(t *testing.T) {
 	}
 	seen.await(t, 10*time.Second, func() bool { return seen.get(broker.OutcomeAccept.String()) == 1 })
 	require.GreaterOrEqual(t, seen.get(broker.OutcomeLabelInProgress), 1, "it was put back while A's lease was live")
-	st, err := r.admin.Transport().Inspect(ctx, q+broker.DeadLetterSuffix)
+	st, err := r.Admin.Transport().Inspect(ctx, q+broker.DeadLetterSuffix)
 	require.NoError(t, err)
 	require.Zero(t, st.Messages, "nothing dead-lettered")
 }

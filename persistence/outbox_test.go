@@ -120,15 +120,15 @@ func TestOutboxTwoRelaysPublishEveryRecordOnceInOrder(t *testing.T) {
 	db := pool(t)
 	tb := tables(t, db)
 	r := newRabbit(t)
-	q := r.queue("outbox-two")
-	r.declare(q)
-	conn := r.open()
+	q := r.Queue("outbox-two")
+	r.Declare(q)
+	conn := r.Open(broker.Config{})
 	got := receive(t, conn, q)
 
 	const n = 300
 	addCommitted(t, db, outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{}), conn, q, 0, n)
 	for range 2 {
-		rl := relay(t, r.open(), outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{}),
+		rl := relay(t, r.Open(broker.Config{}), outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{}),
 			patterns.OutboxRelayConfig{BatchSize: 20, Interval: 20 * time.Millisecond})
 		require.NoError(t, rl.Start(ctxT(t)))
 	}
@@ -159,16 +159,16 @@ func TestOutboxCrashedRelayIsTakenOver(t *testing.T) {
 	db := pool(t)
 	tb := tables(t, db)
 	r := newRabbit(t)
-	q := r.queue("outbox-crash")
-	r.declare(q)
-	conn := r.open()
+	q := r.Queue("outbox-crash")
+	r.Declare(q)
+	conn := r.Open(broker.Config{})
 	got := receive(t, conn, q)
 	const n, batch = 100, 30
 	addCommitted(t, db, outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{}), conn, q, 0, n)
 
 	lease := persistence.SQLOutboxStoreConfig{Lease: time.Second}
 	dying := &crashingStore{SQLOutboxStore: outboxStore(t, db, tb, lease), crashed: make(chan struct{}), dead: make(chan struct{})}
-	a, err := patterns.NewOutboxRelay(r.open(), dying, patterns.OutboxRelayConfig{BatchSize: batch, Logger: testenv.Logger(t)})
+	a, err := patterns.NewOutboxRelay(r.Open(broker.Config{}), dying, patterns.OutboxRelayConfig{BatchSize: batch, Logger: testenv.Logger(t)})
 	require.NoError(t, err)
 	swept := make(chan error, 1)
 	go func() {
@@ -179,7 +179,7 @@ func TestOutboxCrashedRelayIsTakenOver(t *testing.T) {
 	close(dying.dead)
 	require.Error(t, <-swept)
 
-	b := relay(t, r.open(), outboxStore(t, db, tb, lease), patterns.OutboxRelayConfig{BatchSize: batch, Interval: 50 * time.Millisecond})
+	b := relay(t, r.Open(broker.Config{}), outboxStore(t, db, tb, lease), patterns.OutboxRelayConfig{BatchSize: batch, Interval: 50 * time.Millisecond})
 	require.NoError(t, b.Start(ctxT(t)))
 	seen := collect(t, got, func(s []int) bool { return len(s) == n+batch }, 60*time.Second)
 
@@ -208,11 +208,11 @@ func TestOutboxUnroutableRecordStaysAndOnErrorHearsDestination(t *testing.T) {
 	r := newRabbit(t)
 	ctx := ctxT(t)
 	exchange := testenv.Name(t, "unbound")
-	require.NoError(t, r.admin.Declare(ctx, broker.Topology{Exchanges: []broker.Exchange{{Name: exchange, Kind: "direct", Durable: true}}}))
-	t.Cleanup(func() { _ = r.admin.Transport().DeleteExchange(context.Background(), exchange) })
-	q := r.queue("outbox-after")
-	r.declare(q)
-	conn := r.open()
+	require.NoError(t, r.Admin.Declare(ctx, broker.Topology{Exchanges: []broker.Exchange{{Name: exchange, Kind: "direct", Durable: true}}}))
+	t.Cleanup(func() { _ = r.Admin.Transport().DeleteExchange(context.Background(), exchange) })
+	q := r.Queue("outbox-after")
+	r.Declare(q)
+	conn := r.Open(broker.Config{})
 	got := receive(t, conn, q)
 
 	s := outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{MaxAttempts: 2})
@@ -263,9 +263,9 @@ func TestOutboxBinaryBodyAndHeadersRoundTrip(t *testing.T) {
 	tb := tables(t, db)
 	r := newRabbit(t)
 	ctx := ctxT(t)
-	q := r.queue("outbox-binary")
-	r.declare(q)
-	conn := r.open()
+	q := r.Queue("outbox-binary")
+	r.Declare(q)
+	conn := r.Open(broker.Config{})
 	s := outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{})
 
 	body := []byte{0xff, 0xfe, 0x00, 'o', 'k', 0xc3, 0x28, 0x00}
@@ -283,7 +283,7 @@ func TestOutboxBinaryBodyAndHeadersRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	var d *broker.Message
 	require.Eventually(t, func() bool {
-		got, err := r.admin.Transport().Get(ctx, q)
+		got, err := r.Admin.Transport().Get(ctx, q)
 		if err != nil || got == nil {
 			return false
 		}
@@ -309,9 +309,9 @@ func TestOutboxRelayWakesOnNotify(t *testing.T) {
 	tb := tables(t, db)
 	r := newRabbit(t)
 	ctx := ctxT(t)
-	q := r.queue("outbox-notify")
-	r.declare(q)
-	conn := r.open()
+	q := r.Queue("outbox-notify")
+	r.Declare(q)
+	conn := r.Open(broker.Config{})
 	got := receive(t, conn, q)
 	s := outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{})
 	// An hour's interval: only a notification can make it sweep in time.

@@ -19,7 +19,7 @@ import (
 // Harness opens connections to one broker (the loopback or RabbitMQ) with a
 // ladder of the test's own, and deletes what the test declared.
 type Harness struct {
-	T *testing.T
+	T testing.TB
 	// URL is the broker's URL: memory://<unique> or the RabbitMQ test URL.
 	URL string
 	// Ladder is the test's own scheduler ladder, so retries of parallel
@@ -51,7 +51,7 @@ func OnRabbit(t *testing.T, f func(t *testing.T, h *Harness)) {
 
 // New is a harness on the broker at url; its ladder is deleted when the
 // test ends.
-func New(t *testing.T, url string, rabbit bool) *Harness {
+func New(t testing.TB, url string, rabbit bool) *Harness {
 	h := &Harness{T: t, URL: url, Ladder: testenv.Name(t, "ladder"), Rabbit: rabbit}
 	h.Admin = h.Open(broker.Config{})
 	t.Cleanup(func() {
@@ -127,6 +127,13 @@ func (h *Harness) Exchange(prefix string) string {
 	}))
 	h.DeleteExchangeLater(ex)
 	return ex
+}
+
+// Declare declares queue exactly as Consume does (with its .dlq and
+// .parked).
+func (h *Harness) Declare(queue string) {
+	h.T.Helper()
+	require.NoError(h.T, h.Admin.Declare(Ctx(h.T), broker.ConsumerTopology(queue)))
 }
 
 // Bind declares queue exactly as Consume does (with its .dlq and .parked)

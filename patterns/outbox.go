@@ -120,6 +120,18 @@ type OutboxLookahead interface {
 	PendingAfter(ctx context.Context, held []string, limit int) ([]OutboxRecord, error)
 }
 
+// OutboxLeaseExtender is an OutboxStore whose leases a relay renews while
+// it is still publishing the records they cover, so that a batch slower
+// than a lease (a broker under flow control, a long publish timeout) is not
+// taken over by a second relay halfway, which would publish it twice and
+// out of order. Lease says how long a claim lasts; Extend renews the
+// caller's leases on ids for another Lease and leaves records it no longer
+// holds alone. The relay extends every Lease/3 while it holds records.
+type OutboxLeaseExtender interface {
+	Lease() time.Duration
+	Extend(ctx context.Context, ids ...string) error
+}
+
 // OutboxNotifier is an OutboxStore that can tell a relay a record may have
 // been added, so the relay sweeps at once instead of at its next interval.
 // Listen calls wake (which never blocks) whenever that may be so, and once

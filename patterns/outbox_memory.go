@@ -28,7 +28,8 @@ const (
 // transaction.
 //
 // It claims, counts and gives up records the way the SQL store does (see
-// OutboxStore, OutboxLookahead, OutboxFailureMarker, OutboxReleaser), is
+// OutboxStore, OutboxLookahead, OutboxFailureMarker, OutboxReleaser,
+// OutboxLeaseExtender), is
 // one claimant, and is safe for concurrent use.
 type InMemoryOutboxStore struct {
 	now func() time.Time
@@ -97,6 +98,27 @@ func (s *InMemoryOutboxStore) PendingAfter(_ context.Context, held []string, lim
 		out = append(out, outboxMemCopy(r.rec))
 	}
 	return out, nil
+}
+
+// Lease is how long a claim lasts: DefaultOutboxLease.
+func (s *InMemoryOutboxStore) Lease() time.Duration { return DefaultOutboxLease }
+
+// Extend renews the live leases on the records with the given ids for
+// another Lease; records not under a live lease are left alone.
+func (s *InMemoryOutboxStore) Extend(_ context.Context, ids ...string) error {
+	held := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		held[id] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for _, r := range s.records {
+		if held[r.rec.ID] && now.Before(r.leaseUntil) {
+			r.leaseUntil = now.Add(DefaultOutboxLease)
+		}
+	}
+	return nil
 }
 
 // MarkPublished removes the records with the given ids; unknown ids are

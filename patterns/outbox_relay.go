@@ -118,6 +118,12 @@ func (c OutboxRelayConfig) withDefaults(conn *broker.Conn) OutboxRelayConfig {
 // current one fails or the relay is closing: the claim costs no time of its
 // own, and nothing above changes.
 //
+// With a store that can renew leases (OutboxLeaseExtender, as both stores
+// shipped here can), the relay renews the leases of the records it holds
+// while it publishes them, so a batch slower than a lease is not taken
+// over by another relay halfway; a relay that dies stops renewing, and its
+// records are taken over once their leases run out.
+//
 // Start runs sweeps in the background every Interval, and at once whenever
 // a notifying store says a record was added; Sweep runs one now.
 type OutboxRelay struct {
@@ -126,6 +132,7 @@ type OutboxRelay struct {
 	marker    OutboxFailureMarker
 	releaser  OutboxReleaser
 	lookahead OutboxLookahead
+	extender  OutboxLeaseExtender
 	cfg       OutboxRelayConfig
 	log       *slog.Logger
 
@@ -162,6 +169,7 @@ func NewOutboxRelay(conn *broker.Conn, store OutboxStore, cfg OutboxRelayConfig)
 	r.marker, _ = store.(OutboxFailureMarker)
 	r.releaser, _ = store.(OutboxReleaser)
 	r.lookahead, _ = store.(OutboxLookahead)
+	r.extender, _ = store.(OutboxLeaseExtender)
 	return r, nil
 }
 

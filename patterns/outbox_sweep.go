@@ -26,15 +26,19 @@ var errOutboxNotSent = errors.New("not sent: an earlier record of the batch fail
 func (r *OutboxRelay) sweep(ctx context.Context, stop <-chan struct{}) (int, error) {
 	r.sweepMu.Lock()
 	defer r.sweepMu.Unlock()
+	leases := r.keepLeases(ctx)
+	defer leases.stop()
 	recs, err := r.claim(ctx)
+	leases.hold(recs)
 	total := 0
 	for err == nil && len(recs) > 0 {
 		full := len(recs) == r.cfg.BatchSize
 		var ahead <-chan outboxClaim
 		if full && !stopped(stop) {
-			ahead = r.claimAhead(ctx, recs)
+			ahead = r.claimAhead(ctx, recs, leases)
 		}
 		n, berr := r.batch(ctx, recs)
+		leases.drop(recs)
 		total += n
 		var next outboxClaim
 		if ahead != nil {
@@ -43,6 +47,7 @@ func (r *OutboxRelay) sweep(ctx context.Context, stop <-chan struct{}) (int, err
 		if berr != nil || !full || stopped(stop) {
 			// The batch looked ahead of goes back unpublished.
 			r.release(ctx, next.recs)
+			leases.drop(next.recs)
 			return total, berr
 		}
 		if next.err == nil && len(next.recs) > 0 {
@@ -52,6 +57,7 @@ func (r *OutboxRelay) sweep(ctx context.Context, stop <-chan struct{}) (int, err
 		// Nothing ahead, or the look-ahead failed: claim the usual way,
 		// which also says what is wrong if the store is.
 		recs, err = r.claim(ctx)
+		leases.hold(recs)
 	}
 	return total, err
 }
@@ -65,7 +71,7 @@ type outboxClaim struct {
 // claimAhead claims, in the background, the batch after held when the store
 // can (OutboxLookahead and OutboxReleaser); it returns nil otherwise. The
 // sweep receives exactly once from the channel it returns.
-func (r *OutboxRelay) claimAhead(ctx context.Context, held []OutboxRecord) <-chan outboxClaim {
+func (r *OutboxRelay) claimAhead(ctx context.Context, held []OutboxRecord, leases *outboxLeases) <-chan outboxClaim {
 	if r.lookahead == nil || r.releaser == nil {
 		return nil
 	}
@@ -73,6 +79,7 @@ func (r *OutboxRelay) claimAhead(ctx context.Context, held []OutboxRecord) <-cha
 	ids := outboxIDs(held)
 	go func() {
 		recs, err := r.lookahead.PendingAfter(ctx, ids, r.cfg.BatchSize)
+		leases.hold(recs)
 		ch <- outboxClaim{recs: recs, err: err}
 	}()
 	return ch

@@ -30,7 +30,7 @@ func BenchmarkRequestReply(b *testing.B) {
 			}, broker.Concurrency(16), broker.Prefetch(64))
 			require.NoError(b, err)
 			defer responder.Close(ctx) // before its queue is deleted
-			r, err := patterns.NewRequester(ctx, conn, q, 10*time.Second)
+			r, err := patterns.NewRequester(ctx, h.Open(broker.Config{}), q, 10*time.Second)
 			require.NoError(b, err)
 			defer r.Close(ctx)
 

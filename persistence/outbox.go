@@ -21,9 +21,9 @@ type SQLOutboxStoreConfig struct {
 	Tables Tables
 	// Lease is how long a claim on records lasts (0 =
 	// patterns.DefaultOutboxLease). A relay that dies mid-batch is taken
-	// over once it runs out. It must comfortably exceed two batches'
-	// publish: a relay claims its next batch (PendingAfter) while the
-	// current one is being published.
+	// over once it runs out. A live relay renews the leases it holds every
+	// Lease/3 (patterns.OutboxLeaseExtender), so a batch may take longer
+	// than a lease without being taken over.
 	Lease time.Duration
 	// MaxAttempts is how many refused publishes a record gets before it is
 	// no longer claimed (0 = patterns.DefaultOutboxMaxAttempts).

@@ -60,9 +60,23 @@ func (s *SQLOutboxStore) claim(ctx context.Context, limit int, held []int64) ([]
 		if err != nil {
 			return fmt.Errorf("claim records: %w", err)
 		}
-		out, err = pgx.CollectRows(rows, scanOutboxRecord)
+		raw, err := pgx.CollectRows(rows, scanOutboxRow)
 		if err != nil {
 			return fmt.Errorf("claim records: %w", err)
+		}
+		out = make([]patterns.OutboxRecord, 0, len(raw))
+		for _, row := range raw {
+			rec, err := row.record()
+			if err == nil {
+				out = append(out, rec)
+				continue
+			}
+			// A row this library cannot read (written by another version,
+			// or damaged) would fail every claim after it: it is given up
+			// at once and stays for inspection, as a poison record does.
+			if _, err := tx.Exec(ctx, s.sql.giveUp, row.id, s.maxAttempts, errorText(err)); err != nil {
+				return fmt.Errorf("give up unreadable record %d: %w", row.id, err)
+			}
 		}
 		return nil
 	})
@@ -85,32 +99,39 @@ func outboxIDOrder(a, b string) int {
 	return 0
 }
 
-func scanOutboxRecord(row pgx.CollectableRow) (patterns.OutboxRecord, error) {
-	var (
-		id                  int64
-		env, body, encoding string
-		attempts            int32
-		lastError           string
-		created             time.Time
-	)
-	if err := row.Scan(&id, &env, &body, &encoding, &attempts, &lastError, &created); err != nil {
-		return patterns.OutboxRecord{}, err
+// outboxRow is a row as stored, before its envelope and body are decoded.
+type outboxRow struct {
+	id                  int64
+	env, body, encoding string
+	attempts            int32
+	lastError           string
+	created             time.Time
+}
+
+func scanOutboxRow(row pgx.CollectableRow) (outboxRow, error) {
+	var r outboxRow
+	err := row.Scan(&r.id, &r.env, &r.body, &r.encoding, &r.attempts, &r.lastError, &r.created)
+	return r, err
+}
+
+// record decodes the row; the error says why it cannot be published.
+func (r outboxRow) record() (patterns.OutboxRecord, error) {
+	rec := patterns.OutboxRecord{
+		ID:        strconv.FormatInt(r.id, 10),
+		Attempts:  int(r.attempts),
+		LastError: r.lastError,
+		CreatedAt: r.created,
 	}
-	e, err := decodeEnvelope(env)
+	e, err := decodeEnvelope(r.env)
 	if err != nil {
-		return patterns.OutboxRecord{}, fmt.Errorf("record %d: %w", id, err)
+		return rec, fmt.Errorf("%w: record %d: %w", ErrUnreadableRecord, r.id, err)
 	}
-	e.Message.Body, err = decodeBody(body, encoding)
+	e.Message.Body, err = decodeBody(r.body, r.encoding)
 	if err != nil {
-		return patterns.OutboxRecord{}, fmt.Errorf("record %d: %w", id, err)
+		return rec, fmt.Errorf("%w: record %d: %w", ErrUnreadableRecord, r.id, err)
 	}
-	return patterns.OutboxRecord{
-		Outgoing:  broker.Outgoing{Exchange: e.Exchange, RoutingKey: e.RoutingKey, Mandatory: true, Message: e.Message},
-		ID:        strconv.FormatInt(id, 10),
-		Attempts:  int(attempts),
-		LastError: lastError,
-		CreatedAt: created,
-	}, nil
+	rec.Outgoing = broker.Outgoing{Exchange: e.Exchange, RoutingKey: e.RoutingKey, Mandatory: true, Message: e.Message}
+	return rec, nil
 }
 
 // MarkPublished removes the records with the given ids: the broker has
@@ -127,13 +148,14 @@ func (s *SQLOutboxStore) MarkPublished(ctx context.Context, ids ...string) error
 }
 
 // MarkFailed counts one refused attempt of the record, keeps cause as its
-// last error, and releases its lease.
+// last error, and releases its lease. It does nothing to a record whose
+// lease this store no longer holds: another relay took it over.
 func (s *SQLOutboxStore) MarkFailed(ctx context.Context, id string, cause error) error {
 	n, err := parseOutboxIDs([]string{id})
 	if err != nil {
 		return err
 	}
-	_, err = s.db.Exec(ctx, s.sql.markFailed, n[0], errorText(cause))
+	_, err = s.db.Exec(ctx, s.sql.markFailed, n[0], errorText(cause), s.owner)
 	if err != nil {
 		return fmt.Errorf("outbox %s: mark %s failed: %w", s.t.Outbox, id, err)
 	}
@@ -150,6 +172,23 @@ func (s *SQLOutboxStore) Release(ctx context.Context, ids ...string) error {
 	_, err = s.db.Exec(ctx, s.sql.release, n, s.owner)
 	if err != nil {
 		return fmt.Errorf("outbox %s: release: %w", s.t.Outbox, err)
+	}
+	return nil
+}
+
+// Lease is how long a claim of this store lasts.
+func (s *SQLOutboxStore) Lease() time.Duration { return s.lease }
+
+// Extend renews this store's leases on the given records for another Lease
+// (patterns.OutboxLeaseExtender); records another claimant took over, or
+// that are gone, are left alone.
+func (s *SQLOutboxStore) Extend(ctx context.Context, ids ...string) error {
+	n, err := parseOutboxIDs(ids)
+	if err != nil || len(n) == 0 {
+		return err
+	}
+	if _, err := s.db.Exec(ctx, s.sql.extend, n, s.owner, s.lease.Seconds()); err != nil {
+		return fmt.Errorf("outbox %s: extend leases: %w", s.t.Outbox, err)
 	}
 	return nil
 }
@@ -177,7 +216,9 @@ func (s *SQLOutboxStore) Stats(ctx context.Context) (OutboxStats, error) {
 
 // Records reads up to limit records (all when limit <= 0) in order without
 // claiming them, given-up ones included: what somebody inspecting the
-// outbox looks at.
+// outbox looks at. A record this library cannot read (see
+// ErrUnreadableRecord) is listed with its id, attempts, last error and
+// time, and no message.
 func (s *SQLOutboxStore) Records(ctx context.Context, limit int) ([]patterns.OutboxRecord, error) {
 	var lim *int64
 	if limit > 0 {
@@ -190,9 +231,13 @@ func (s *SQLOutboxStore) Records(ctx context.Context, limit int) ([]patterns.Out
 	if err != nil {
 		return nil, fmt.Errorf("outbox %s: records: %w", s.t.Outbox, err)
 	}
-	recs, err := pgx.CollectRows(rows, scanOutboxRecord)
+	raw, err := pgx.CollectRows(rows, scanOutboxRow)
 	if err != nil {
 		return nil, fmt.Errorf("outbox %s: records: %w", s.t.Outbox, err)
+	}
+	recs := make([]patterns.OutboxRecord, len(raw))
+	for i, row := range raw {
+		recs[i], _ = row.record()
 	}
 	return recs, nil
 }
@@ -200,7 +245,7 @@ func (s *SQLOutboxStore) Records(ctx context.Context, limit int) ([]patterns.Out
 // outboxStatements are the store's statements, rendered for its tables
 // once rather than on every call.
 type outboxStatements struct {
-	add, claim, markPublished, markFailed, release string
+	add, claim, giveUp, extend, markPublished, markFailed, release string
 }
 
 func renderOutboxStatements(t Tables) outboxStatements {
@@ -211,18 +256,24 @@ func renderOutboxStatements(t Tables) outboxStatements {
 				VALUES ($1, $2, $3, $4, $5, $6) RETURNING id)
 			SELECT ins.id FROM ins, pg_notify($7, '') AS n`),
 		claim: t.render(`
-			UPDATE {{outbox}} SET lease_owner = $1, lease_until = now() + $2 * interval '1 second'
+			UPDATE {{outbox}} SET lease_owner = $1, lease_until = statement_timestamp() + $2 * interval '1 second'
 			WHERE id IN (
 				SELECT id FROM {{outbox}}
 				WHERE attempts < $3 AND id <> ALL($5)
-				  AND id < COALESCE((SELECT min(id) FROM {{outbox}} WHERE lease_until > now() AND attempts < $3 AND id <> ALL($5)), 9223372036854775807)
+				  AND id < COALESCE((SELECT min(id) FROM {{outbox}} WHERE lease_until > statement_timestamp() AND attempts < $3 AND id <> ALL($5)), 9223372036854775807)
 				ORDER BY id LIMIT $4)
-			  AND (lease_until IS NULL OR lease_until <= now())
+			  AND (lease_until IS NULL OR lease_until <= statement_timestamp())
 			RETURNING id, envelope, body, body_encoding, attempts, coalesce(last_error, ''), created_at`),
+		giveUp: t.render(`
+			UPDATE {{outbox}} SET attempts = greatest(attempts, $2), last_error = $3, lease_owner = NULL, lease_until = NULL
+			WHERE id = $1`),
+		extend: t.render(`
+			UPDATE {{outbox}} SET lease_until = statement_timestamp() + $3 * interval '1 second'
+			WHERE id = ANY($1) AND lease_owner = $2`),
 		markPublished: t.render(`DELETE FROM {{outbox}} WHERE id = ANY($1)`),
 		markFailed: t.render(`
 			UPDATE {{outbox}} SET attempts = attempts + 1, last_error = $2, lease_owner = NULL, lease_until = NULL
-			WHERE id = $1`),
+			WHERE id = $1 AND lease_owner = $3`),
 		release: t.render(`
 			UPDATE {{outbox}} SET lease_owner = NULL, lease_until = NULL
 			WHERE id = ANY($1) AND lease_owner = $2`),

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 	"github.com/acemq/acemq-flow/patterns"
 	"github.com/acemq/acemq-flow/persistence"
@@ -136,6 +137,10 @@ func TestOutboxTwoRelaysPublishEveryRecordOnceInOrder(t *testing.T) {
 	for i, v := range seen {
 		require.Equal(t, i, v, "every record once, in order, between the two relays")
 	}
+	brokertest.Nothing(t, got, 300*time.Millisecond)
+	st, err := outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{}).Stats(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, persistence.OutboxStats{}, st, "every record marked")
 }
 
 // crashingStore is a relay's store whose process dies between the broker's

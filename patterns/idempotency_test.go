@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/patterns"
@@ -121,7 +124,8 @@ func TestIdempotentOnLoopbackPutsBackWithAttemptUnchanged(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := broker.Open(ctx, "memory://")
+	reader := sdkmetric.NewManualReader()
+	conn, err := broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}.Open(ctx, "memory://")
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	store, err := patterns.NewInMemoryIdempotencyStore(time.Minute)
@@ -157,4 +161,17 @@ func TestIdempotentOnLoopbackPutsBackWithAttemptUnchanged(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("never taken over")
 	}
+	require.Equal(t, "", <-labels, "the taken-over run was accepted")
+	require.NoError(t, conn.Publish(ctx, "x", broker.To("orders"), broker.MessageID("m-held")))
+	require.Equal(t, patterns.IdempotencyOutcomeDuplicate, <-labels)
+
+	// The outcomes reach acemq.consume.total once the delivery is settled.
+	total := func(outcome string) int64 {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		return pipelineSum(rm, "acemq.consume.total", attribute.String("queue", "orders"), attribute.String("outcome", outcome))
+	}
+	require.Eventually(t, func() bool { return total(patterns.IdempotencyOutcomeDuplicate) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.GreaterOrEqual(t, total(broker.OutcomeLabelInProgress), int64(2))
+	require.Equal(t, int64(1), total(broker.OutcomeLabelAccepted))
 }

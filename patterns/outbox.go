@@ -71,7 +71,10 @@ func Record(ctx context.Context, conn *broker.Conn, payload any, opts ...broker.
 // that an alert can say "the outbox cannot reach orders-events". Both
 // fields are empty when the store failed, because nothing had been claimed.
 type OutboxDestination struct {
-	Exchange   string
+	// Exchange is the record's exchange ("" = the default exchange).
+	Exchange string
+	// RoutingKey is the record's routing key (the queue, on the default
+	// exchange).
 	RoutingKey string
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -40,7 +42,9 @@ func TestSQLIdempotencyExactlyOneClaimed(t *testing.T) {
 		for i := range 32 {
 			wg.Go(func() {
 				c, err := stores[i%len(stores)].Claim(ctx, key)
-				require.NoError(t, err)
+				if !assert.NoError(t, err) {
+					return
+				}
 				switch c {
 				case patterns.ClaimClaimed:
 					claimed.Add(1)
@@ -126,16 +130,19 @@ func TestSQLIdempotencyPurgeExpiredInBatches(t *testing.T) {
 	db := pool(t)
 	tb := tables(t, db)
 	ctx := ctxT(t)
-	s := idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{PurgeBatch: 100})
+	counted := &countingDB{DB: db}
+	s := idemStore(t, counted, tb, persistence.SQLIdempotencyStoreConfig{PurgeBatch: 100})
 	_, err := db.Exec(ctx, `INSERT INTO `+tb.Idempotency+` (key, state, holder, expires_at)
 		SELECT convert_to('old-' || i, 'UTF8'), 'confirmed', 'h', now() - interval '1 minute' FROM generate_series(1, 250) i`)
 	require.NoError(t, err)
 	for i := range 3 {
 		require.NoError(t, s.Confirm(ctx, fmt.Sprintf("live-%d", i)))
 	}
+	counted.execs.Store(0)
 	n, err := s.PurgeExpired(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(250), n)
+	require.Equal(t, int64(3), counted.execs.Load(), "250 rows, 100 a statement: 100, 100, 50")
 	var left int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM `+tb.Idempotency).Scan(&left))
 	require.Equal(t, 3, left)
@@ -296,4 +303,15 @@ func TestIdempotencyConsumerKilledMidHandler(t *testing.T) {
 	st, err := r.Admin.Transport().Inspect(ctx, q+broker.DeadLetterSuffix)
 	require.NoError(t, err)
 	require.Zero(t, st.Messages, "nothing dead-lettered")
+}
+
+// countingDB counts the statements a store runs through Exec.
+type countingDB struct {
+	persistence.DB
+	execs atomic.Int64
+}
+
+func (c *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.execs.Add(1)
+	return c.DB.Exec(ctx, sql, args...)
 }

@@ -62,16 +62,21 @@ func TestOutboxSlowBatchKeepsItsLeases(t *testing.T) {
 		patterns.OutboxRelayConfig{BatchSize: n})
 	other := relay(t, fast, outboxStore(t, db, tb, persistence.SQLOutboxStoreConfig{Lease: lease}), patterns.OutboxRelayConfig{BatchSize: n})
 
-	done := make(chan int, 1)
+	type result struct {
+		published int
+		err       error
+	}
+	done := make(chan result, 1)
 	go func() {
 		published, err := slow.Sweep(ctx)
-		require.NoError(t, err)
-		done <- published
+		done <- result{published, err}
 	}()
 	var published, stolen int
-	for published == 0 {
+	for finished := false; !finished; {
 		select {
-		case published = <-done:
+		case r := <-done:
+			require.NoError(t, r.err)
+			published, finished = r.published, true
 		case <-time.After(50 * time.Millisecond):
 			k, err := other.Sweep(ctx)
 			require.NoError(t, err)

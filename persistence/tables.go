@@ -40,9 +40,9 @@ type Tables struct {
 	Outbox string
 	// Idempotency holds SQLIdempotencyStore's keys.
 	Idempotency string
-	// Schemas and SchemaCounter hold SQLSchemaRegistry's schemas and its id
-	// counter.
-	Schemas       string
+	// Schemas holds SQLSchemaRegistry's schemas.
+	Schemas string
+	// SchemaCounter holds the counter SQLSchemaRegistry takes ids from.
 	SchemaCounter string
 }
 

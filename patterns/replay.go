@@ -254,6 +254,10 @@ func (p *replayPass) read(ctx context.Context, sub transport.Subscription, items
 		if err := ctx.Err(); err != nil {
 			return reason, fmt.Errorf("replay from %q interrupted: %w", p.from, err)
 		}
+		// The idle timer measures only the wait for a delivery, never time
+		// spent on the last one (a slow filter or progress callback, a
+		// wait for a copy slot): Reset discards a tick that came meanwhile.
+		idle.Reset(replayIdle)
 		var d *transport.Delivery
 		select {
 		case got, ok := <-sub.Deliveries():
@@ -266,6 +270,10 @@ func (p *replayPass) read(ctx context.Context, sub transport.Subscription, items
 		case <-p.broken:
 			return reason, nil // the returner says why
 		case <-idle.C:
+			if got, ok := p.ready(sub); ok {
+				d = got
+				break
+			}
 			st, err := p.conn.Transport().Inspect(ctx, p.from)
 			if err != nil {
 				return reason, fmt.Errorf("replay from %q: read: %w", p.from, err)
@@ -278,10 +286,8 @@ func (p *replayPass) read(ctx context.Context, sub transport.Subscription, items
 				}
 				return reason, nil
 			}
-			idle.Reset(replayIdle)
 			continue
 		}
-		idle.Reset(replayIdle)
 		seq++
 		it := &replayItem{d: d, done: make(chan struct{})}
 		if !stopped {
@@ -321,6 +327,17 @@ func (p *replayPass) read(ctx context.Context, sub transport.Subscription, items
 		reason = ReplayReasonDrained
 	}
 	return reason, nil
+}
+
+// ready takes a delivery that is already waiting, if there is one; ok is
+// false when none is (or the subscription ended).
+func (p *replayPass) ready(sub transport.Subscription) (*transport.Delivery, bool) {
+	select {
+	case d, ok := <-sub.Deliveries():
+		return d, ok && d != nil
+	default:
+		return nil, false
+	}
 }
 
 // giveBack sends it to be returned to the queue; skipped counts it as

@@ -146,6 +146,35 @@ func TestReplayToUnboundDestinationLosesNothing(t *testing.T) {
 	})
 }
 
+// TestReplaySlowFilterDoesNotEndThePass: a filter slower than the pass's
+// idle wait must not make it think the queue is drained while deliveries
+// it has not read yet wait for it.
+func TestReplaySlowFilterDoesNotEndThePass(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("replay-slow")
+		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
+		const n = 50
+		replaySeed(h, conn, q, n)
+		h.WaitDepth(q+broker.DeadLetterSuffix, n, 10*time.Second)
+
+		seen := 0
+		res, err := patterns.Replay(ctx, conn, q+broker.DeadLetterSuffix, patterns.ReplayFilter(func(broker.Envelope, []byte) bool {
+			// Every delivery is prefetched by now; each of the first
+			// four takes longer than the idle wait.
+			if seen++; seen <= 4 {
+				time.Sleep(400 * time.Millisecond)
+			}
+			return true
+		}))
+		require.NoError(t, err)
+		require.Equal(t, patterns.ReplayResult{Moved: n, Reason: patterns.ReplayReasonDrained}, res)
+		require.Equal(t, n, h.Depth(q))
+		require.Zero(t, h.Depth(q+broker.DeadLetterSuffix))
+	})
+}
+
 // TestReplayRestartFalse: the copy is exactly what was there, stamped.
 func TestReplayRestartFalse(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {

@@ -76,8 +76,9 @@ func (r ReplayResult) String() string {
 // though one returned but not yet acknowledged is then there twice, and the
 // queue is left rotated at the point it reached.
 //
-// A copy that cannot be published, or a message with no x-acemq-queue to go
-// back to, stops the replay with an error wrapping ErrReplayFailed, leaving
+// A copy that cannot be published, or a message with nowhere to go back to
+// (neither x-acemq-queue nor, for one the broker dead-lettered itself,
+// x-first-death-queue), stops the replay with an error wrapping ErrReplayFailed, leaving
 // that message where it was. ctx ending stops it with ctx's error, and what
 // was not yet returned goes back as the broker puts rejected messages back:
 // nothing is lost, only the order. Either way the result counts what was
@@ -388,7 +389,13 @@ func (p *replayPass) copyOf(d *transport.Delivery, env broker.Envelope) (broker.
 	msg.Headers[broker.HeaderReplayCount] = count + 1
 	out := broker.Outgoing{Exchange: p.cfg.exchange, RoutingKey: p.cfg.key, Mandatory: true, Message: msg}
 	if !p.cfg.destSet {
-		switch env.SourceQueue {
+		source := env.SourceQueue
+		if source == "" {
+			// Dead-lettered by the broker itself (expired, rejected by a
+			// length limit, a broker-side reject): it names the queue.
+			source, _ = d.Headers["x-first-death-queue"].(string)
+		}
+		switch source {
 		case "":
 			return out, fmt.Errorf("%w: message %s from %q has no %s to go back to; name a destination with ReplayTo",
 				ErrReplayFailed, d.MessageID, p.from, broker.HeaderQueue)
@@ -396,7 +403,7 @@ func (p *replayPass) copyOf(d *transport.Delivery, env broker.Envelope) (broker.
 			return out, fmt.Errorf("%w: message %s from %q names that queue itself as its %s; replaying it there would loop",
 				ErrReplayFailed, d.MessageID, p.from, broker.HeaderQueue)
 		}
-		out.RoutingKey = env.SourceQueue
+		out.RoutingKey = source
 	}
 	return out, nil
 }

@@ -42,8 +42,9 @@ func ReplayFilter(f func(env broker.Envelope, body []byte) bool) ReplayOption {
 }
 
 // ReplayTo publishes the copies to exchange with routing key (default: the
-// default exchange, with each message's x-acemq-queue as the key: back
-// where it came from). The default exchange with no routing key is
+// default exchange, with each message's x-acemq-queue as the key, or its
+// x-first-death-queue when the broker dead-lettered it itself: back where
+// it came from). The default exchange with no routing key is
 // refused: it would address the dead-letter queue itself, and loop.
 func ReplayTo(exchange, routingKey string) ReplayOption {
 	return func(c *replayConfig) error {

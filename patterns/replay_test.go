@@ -175,6 +175,27 @@ func TestReplaySlowFilterDoesNotEndThePass(t *testing.T) {
 	})
 }
 
+// TestReplayBrokerDeadLetteredGoesBack: a message the broker dead-lettered
+// itself (here: expired) has no x-acemq-queue; it goes back to the queue
+// its x-first-death-queue names.
+func TestReplayBrokerDeadLetteredGoesBack(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("replay-expired")
+		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
+		require.NoError(t, conn.Publish(ctx, "stale", broker.To(q), broker.Expires(time.Millisecond), broker.MessageID("m-stale")))
+		h.WaitDepth(q+broker.DeadLetterSuffix, 1, 10*time.Second)
+
+		res, err := patterns.Replay(ctx, conn, q+broker.DeadLetterSuffix)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Moved)
+		d := h.Get(q, 5*time.Second)
+		require.Equal(t, "m-stale", d.MessageID)
+		require.Equal(t, `"stale"`, string(d.Body))
+	})
+}
+
 // TestReplayRestartFalse: the copy is exactly what was there, stamped.
 func TestReplayRestartFalse(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {

@@ -110,7 +110,9 @@ func (r *Requester) Call(ctx context.Context, payload, out any, opts ...broker.P
 // It returns an error matching ErrRequestTimedOut (and
 // context.DeadlineExceeded) when no reply came in time, a *ResponderFailed
 // when the responder's function failed, ctx's error when the caller
-// cancelled, broker.ErrClosed once the requester is closed, and the publish
+// cancelled, broker.ErrClosed once the requester is closed,
+// broker.ErrInvalidOption for a MessageID another call of this requester
+// is still waiting under (replies are matched by it), and the publish
 // error when the request could not be sent (broker.ErrUnroutable: nothing
 // is bound to receive it).
 func (r *Requester) CallMessage(ctx context.Context, payload any, opts ...broker.PublishOption) (*broker.Message, error) {
@@ -182,6 +184,11 @@ func (r *Requester) await(id string, ch chan *broker.Message) error {
 	defer r.mu.Unlock()
 	if r.closed {
 		return fmt.Errorf("request to %q: %w", r.to, broker.ErrClosed)
+	}
+	if _, taken := r.pending[id]; taken {
+		// Replies are matched by the request's id: two waiting under one
+		// id could not both get theirs.
+		return fmt.Errorf("%w: request to %q: message id %q is already waiting for its reply", broker.ErrInvalidOption, r.to, id)
 	}
 	r.pending[id] = ch
 	return nil

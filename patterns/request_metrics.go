@@ -17,12 +17,21 @@ import (
 // under.
 const requestInstrumentation = "github.com/acemq/acemq-flow/patterns"
 
-// Outcomes of a round trip on acemq.request.total.
+// Outcomes of a round trip on acemq.request.total, and of a request on
+// the responder's acemq.consume.total.
 const (
+	// RequestOutcomeAnswered is a round trip that got its answer.
 	RequestOutcomeAnswered = "answered"
-	RequestOutcomeFailed   = "responder_failed"
+	// RequestOutcomeFailed is a round trip whose responder failed.
+	RequestOutcomeFailed = "responder_failed"
+	// RequestOutcomeTimedOut is a round trip that got no reply in time.
 	RequestOutcomeTimedOut = "timed_out"
-	RequestOutcomeError    = "error"
+	// RequestOutcomeError is a round trip that could not be made (the
+	// request was not sent, the requester closed, the caller cancelled).
+	RequestOutcomeError = "error"
+	// RequestOutcomeExpired is a request its responder skipped because its
+	// caller had stopped waiting (on acemq.consume.total).
+	RequestOutcomeExpired = "expired"
 )
 
 // requestMetrics records round trips as the caller experienced them.

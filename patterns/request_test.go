@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -66,6 +67,8 @@ func TestRequestReplyRoundTrip(t *testing.T) {
 		require.Equal(t, "catalogue unavailable", failed.Message)
 		require.Less(t, time.Since(start), time.Second, "a failure comes back, not a timeout")
 		require.Equal(t, int64(3), responder.Answered())
+		require.Never(t, func() bool { return responder.Answered() > 3 }, 1500*time.Millisecond, 50*time.Millisecond,
+			"a failed request was answered, so it is settled, never retried (a retry would answer twice)")
 
 		require.NoError(t, prices.Close(ctx))
 		require.NoError(t, prices.Close(ctx), "idempotent")
@@ -103,6 +106,58 @@ func TestRequestReplyRoundTrip(t *testing.T) {
 	})
 }
 
+// TestResponderSkipsRequestsWhoseCallerGaveUp: a request that expired
+// while it waited in the responder's prefetch (where the broker no longer
+// expires it) is not worked on; one still wanted runs under its caller's
+// deadline.
+func TestResponderSkipsRequestsWhoseCallerGaveUp(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		reader := sdkmetric.NewManualReader()
+		conn := h.Open(broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+		q := h.Queue("busy")
+		release := make(chan struct{})
+		ran := make(chan string, 10)
+		deadlines := make(chan bool, 10)
+		_, err := patterns.Serve(ctx, conn, q, func(ctx context.Context, m *broker.Message) (any, error) {
+			body := string(m.Body)
+			ran <- body
+			_, ok := ctx.Deadline()
+			deadlines <- ok
+			if body == `"slow"` {
+				<-release
+			}
+			return body, nil
+		}, broker.Concurrency(1))
+		require.NoError(t, err)
+		r, err := patterns.NewRequester(ctx, conn, q, 10*time.Second)
+		require.NoError(t, err)
+		h.DeleteLater(r.ReplyQueue())
+		defer r.Close(ctx)
+
+		slow := make(chan error, 1)
+		go func() { slow <- r.Call(ctx, "slow", nil) }()
+		require.Equal(t, `"slow"`, brokertest.Next(t, ran, 5*time.Second))
+		require.True(t, <-deadlines, "the responder works under its caller's deadline")
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		require.ErrorIs(t, r.Call(short, "late", nil), patterns.ErrRequestTimedOut)
+		time.Sleep(400 * time.Millisecond) // past the late request's expiry and the grace for clocks
+		close(release)
+		require.NoError(t, <-slow)
+
+		total := func() int64 {
+			var rm metricdata.ResourceMetrics
+			require.NoError(t, reader.Collect(ctx, &rm))
+			return pipelineSum(rm, "acemq.consume.total", attribute.String("queue", q), attribute.String("outcome", patterns.RequestOutcomeExpired))
+		}
+		require.Eventually(t, func() bool { return total() == 1 }, 5*time.Second, 10*time.Millisecond)
+		brokertest.Nothing(t, ran, 100*time.Millisecond)
+		require.Zero(t, h.Depth(q))
+		require.Zero(t, h.Depth(q+broker.DeadLetterSuffix))
+	})
+}
+
 func TestRequestTimesOutAndExpires(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
 		ctx := brokertest.Ctx(t)
@@ -135,6 +190,18 @@ func TestRequestTimesOutAndExpires(t *testing.T) {
 		// working on them later for nobody.
 		require.Eventually(t, func() bool { return h.Depth(q) == 0 }, 10*time.Second, 20*time.Millisecond,
 			"expired requests leave the queue")
+
+		// Replies are matched by the request's id: a second call under an
+		// id still waiting is refused.
+		patient, err := patterns.NewRequester(ctx, conn, q, time.Second)
+		require.NoError(t, err)
+		h.DeleteLater(patient.ReplyQueue())
+		defer patient.Close(ctx)
+		waiting := make(chan error, 1)
+		go func() { waiting <- patient.Call(ctx, "first", nil, broker.MessageID("same-id")) }()
+		h.WaitDepth(q, 1, 5*time.Second) // sent, so waiting under its id
+		require.ErrorIs(t, patient.Call(ctx, "second", nil, broker.MessageID("same-id")), broker.ErrInvalidOption)
+		require.ErrorIs(t, <-waiting, patterns.ErrRequestTimedOut)
 
 		nowhere, err := patterns.NewRequester(ctx, conn, q+".missing", time.Second)
 		require.NoError(t, err)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/acemq/acemq-flow/broker"
 )
@@ -36,7 +38,11 @@ type Responder struct {
 // retried, because a retry would answer twice; a reply the broker could not
 // route (the requester is gone) is logged and the request still accepted. A
 // request with no reply address is given up into queue.dlq with
-// ErrNoReplyAddress and counted as unanswerable. It refuses a nil
+// ErrNoReplyAddress and counted as unanswerable. A request that expires
+// (as a Requester's do, with its caller's deadline) is answered under a
+// context ending then, and one already expired when its turn comes (it
+// waited in the consumer's prefetch) is accepted without running fn,
+// counted as outcome="expired" on acemq.consume.total. It refuses a nil
 // connection or function and an empty queue (broker.ErrInvalidOption).
 func Serve(ctx context.Context, conn *broker.Conn, queue string, fn ResponderFunc, opts ...broker.ConsumeOption) (*Responder, error) {
 	if conn == nil || fn == nil || queue == "" {
@@ -71,6 +77,16 @@ func (r *Responder) handle(ctx context.Context, m *broker.Message) broker.Ack {
 		r.unanswerable.Add(1)
 		return broker.Reject(fmt.Errorf("%w (message %s on %q)", ErrNoReplyAddress, m.ID, r.queue))
 	}
+	if deadline, ok := requestDeadline(m); ok {
+		if time.Now().After(deadline) {
+			// Its caller gave up; the broker expires only what it still
+			// holds, not what it already handed to this consumer.
+			return broker.Accept().As(RequestOutcomeExpired)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	out, err := r.reply(ctx, m, to)
 	if err != nil {
 		// Nothing could be built to send, not even the failure.
@@ -101,6 +117,26 @@ func (r *Responder) reply(ctx context.Context, m *broker.Message, to string) (br
 		return prepare(nil, fmt.Errorf("the answer could not be encoded: %w", perr))
 	}
 	return out, perr
+}
+
+// requestExpiryGrace is added to a request's expiry before the responder
+// gives up on it, for clocks that disagree a little between hosts.
+const requestExpiryGrace = 250 * time.Millisecond
+
+// requestDeadline is when the caller of request m stops waiting: its
+// first-seen time (milliseconds, set when the caller sent it) plus its
+// expiration, plus requestExpiryGrace. ok is false for a request that does
+// not expire.
+func requestDeadline(m *broker.Message) (deadline time.Time, ok bool) {
+	raw := m.Raw()
+	if raw == nil || raw.Expiration == "" || m.FirstSeen.IsZero() {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(raw.Expiration, 10, 64)
+	if err != nil || ms < 0 {
+		return time.Time{}, false
+	}
+	return m.FirstSeen.Add(time.Duration(ms)*time.Millisecond + requestExpiryGrace), true
 }
 
 // answer runs fn, turning a panic into a failure sent back to the caller

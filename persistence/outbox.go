@@ -94,7 +94,10 @@ func NewSQLOutboxStore(db DB, cfg SQLOutboxStoreConfig) (*SQLOutboxStore, error)
 // Add inserts rec on tx — the caller's transaction, never a connection of
 // the store's own — and returns its id; it neither commits nor closes tx.
 // It also notifies the relay's listener, which PostgreSQL delivers only if
-// and when tx commits. A record with neither exchange nor routing key is
+// and when tx commits. Given a pool, or a connection outside a transaction,
+// the record commits on its own at once, apart from the work it announces,
+// which is the gap the outbox exists to close: pass the transaction that
+// holds that work. A record with neither exchange nor routing key is
 // refused (patterns.ErrInvalidOutboxRecord).
 func (s *SQLOutboxStore) Add(ctx context.Context, tx DB, rec patterns.OutboxRecord) (string, error) {
 	if tx == nil {

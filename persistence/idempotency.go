@@ -48,7 +48,12 @@ type SQLIdempotencyStoreConfig struct {
 // PurgeExpired on a schedule (hourly is ample). Keys are stored as bytes,
 // exactly as given. A store instance is one holder: Forget gives up only
 // this instance's own live claim, so give each consumer process its own
-// instance (over the same table).
+// instance (over the same table). The goroutines of one consumer share
+// their instance's claims: a handler that outlives ClaimTimeout can see its
+// key taken over by another delivery of the same message in the same
+// process, and its Forget would then give up that newer claim too. Keep
+// ClaimTimeout above the longest handler (a lease that runs out mid-handler
+// already means the work may run twice).
 //
 // Each Claim and Confirm is one autocommitted statement, so its cost is a
 // durable commit, and concurrent consumers only overlap their commits if

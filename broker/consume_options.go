@@ -1,6 +1,9 @@
 package broker
 
-import "time"
+import (
+	"regexp"
+	"time"
+)
 
 // ConsumeOption is a per-call knob of Consume.
 type ConsumeOption interface {
@@ -131,11 +134,19 @@ func OrderBy(key func(*Message) string) ConsumeOption {
 
 // ConsumeArgs sets basic.consume arguments (x-stream-offset on a stream).
 // resume, when not nil, supplies them for each resubscription after a
-// reconnect instead.
+// reconnect instead. An x-stream-offset RabbitMQ would not take (it closes
+// the whole connection on one) is refused: it must be "first", "last",
+// "next", an interval such as "7D" or "30m", an offset of 0 or more, or a
+// time.Time.
 func ConsumeArgs(args Table, resume func() Table) ConsumeOption {
 	return consumeOpt(func(c *consumeConfig) error {
 		if err := args.Validate(); err != nil {
 			return err
+		}
+		if v, ok := args[HeaderStreamOffset]; ok {
+			if err := checkStreamOffset(v); err != nil {
+				return err
+			}
 		}
 		c.args = args
 		c.resumeArgs = resume
@@ -165,4 +176,29 @@ func (o CodecOption) applyConsume(c *consumeConfig) error {
 	}
 	c.codecs = c.codecs.with(o.codec)
 	return nil
+}
+
+// streamInterval is the form of an x-stream-offset interval: a count and
+// one of RabbitMQ's units (years, months, days, hours, minutes, seconds).
+var streamInterval = regexp.MustCompile(`^[0-9]+[YMDhms]$`)
+
+// checkStreamOffset refuses an x-stream-offset value RabbitMQ would not take.
+func checkStreamOffset(v any) error {
+	switch o := v.(type) {
+	case string:
+		if o == "first" || o == "last" || o == "next" || streamInterval.MatchString(o) {
+			return nil
+		}
+	case int64:
+		if o >= 0 {
+			return nil
+		}
+	case int:
+		if o >= 0 {
+			return nil
+		}
+	case time.Time:
+		return nil
+	}
+	return invalid("%s %v (%T): want \"first\", \"last\", \"next\", an interval such as \"7D\", an offset of 0 or more, or a time.Time", HeaderStreamOffset, v, v)
 }

@@ -267,3 +267,32 @@ func mustInt(t *testing.T, v any) int64 {
 	require.True(t, ok, "%v (%T) is not an integer", v, v)
 	return n
 }
+
+// TestStreamOffsetArgumentChecked: an x-stream-offset RabbitMQ would close
+// the connection over is refused before anything is sent.
+func TestStreamOffsetArgumentChecked(t *testing.T) {
+	t.Parallel()
+	ctx := brokertest.Ctx(t)
+	conn, err := broker.Open(ctx, "memory://")
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	accept := func(context.Context, *broker.Message) broker.Ack { return broker.Accept() }
+	for _, tc := range []struct {
+		offset any
+		ok     bool
+	}{
+		{"first", true}, {"last", true}, {"next", true}, {"7D", true}, {"30m", true},
+		{int64(0), true}, {int64(42), true}, {7, true}, {time.Now(), true},
+		{"beginning", false}, {"7 days", false}, {"D", false}, {"", false},
+		{int64(-1), false}, {-3, false}, {3.5, false}, {true, false},
+	} {
+		_, err := conn.Consume(ctx, "q", accept, broker.ConsumeArgs(broker.Table{broker.HeaderStreamOffset: tc.offset}, nil))
+		if tc.ok {
+			// The loopback then refuses streams, for its own reason.
+			require.NotErrorIs(t, err, broker.ErrInvalidOption, "%v (%T)", tc.offset, tc.offset)
+		} else {
+			require.ErrorIs(t, err, broker.ErrInvalidOption, "%v (%T)", tc.offset, tc.offset)
+			require.ErrorContains(t, err, broker.HeaderStreamOffset)
+		}
+	}
+}

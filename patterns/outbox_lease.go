@@ -3,7 +3,6 @@ package patterns
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 )
@@ -63,7 +62,6 @@ func (l *outboxLeases) ids() []string {
 	for id := range l.held {
 		ids = append(ids, id)
 	}
-	slices.Sort(ids)
 	return ids
 }
 

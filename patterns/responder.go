@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
 )
 
 // ResponderFunc answers one request: the answer is encoded as the reply
@@ -129,14 +129,14 @@ const requestExpiryGrace = 250 * time.Millisecond
 // not expire.
 func requestDeadline(m *broker.Message) (deadline time.Time, ok bool) {
 	raw := m.Raw()
-	if raw == nil || raw.Expiration == "" || m.FirstSeen.IsZero() {
+	if raw == nil || m.FirstSeen.IsZero() {
 		return time.Time{}, false
 	}
-	ms, err := strconv.ParseInt(raw.Expiration, 10, 64)
-	if err != nil || ms < 0 {
+	ttl, ok, err := transport.ParseExpiration(raw.Expiration)
+	if err != nil || !ok {
 		return time.Time{}, false
 	}
-	return m.FirstSeen.Add(time.Duration(ms)*time.Millisecond + requestExpiryGrace), true
+	return m.FirstSeen.Add(ttl + requestExpiryGrace), true
 }
 
 // answer runs fn, turning a panic into a failure sent back to the caller

@@ -76,8 +76,8 @@ func parseQueueArgs(args transport.Table) (queueConfig, error) {
 			}
 			switch key {
 			case "x-message-ttl":
-				cfg.ttl = maxTTL
-				if n < int64(maxTTL/time.Millisecond) {
+				cfg.ttl = transport.MaxTTL
+				if n < int64(transport.MaxTTL/time.Millisecond) {
 					cfg.ttl = time.Duration(n) * time.Millisecond
 				}
 			case "x-max-length":

@@ -1,8 +1,6 @@
 package loopback
 
 import (
-	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker/transport"
@@ -34,7 +32,7 @@ func (m *message) size() int { return len(m.msg.Body) }
 // hand it back: headers checked, copied and converted, the timestamp cut to
 // the second.
 func newMessage(msg transport.Message) (transport.Message, error) {
-	if _, _, err := parseExpiration(msg.Expiration); err != nil {
+	if _, _, err := transport.ParseExpiration(msg.Expiration); err != nil {
 		return transport.Message{}, err
 	}
 	if err := msg.Headers.Validate(); err != nil {
@@ -45,27 +43,6 @@ func newMessage(msg transport.Message) (transport.Message, error) {
 	msg.Body = cloneBytes(msg.Body)
 	return msg, nil
 }
-
-// parseExpiration reads a per-message TTL in milliseconds; ok is false for
-// "" (no TTL).
-func parseExpiration(s string) (ttl time.Duration, ok bool, err error) {
-	if s == "" {
-		return 0, false, nil
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, false, fmt.Errorf("%w: %q", transport.ErrInvalidExpiration, s)
-		}
-	}
-	ms, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || ms > int64(maxTTL/time.Millisecond) {
-		return 0, false, fmt.Errorf("%w: %q is out of range", transport.ErrInvalidExpiration, s)
-	}
-	return time.Duration(ms) * time.Millisecond, true, nil
-}
-
-// maxTTL keeps TTL arithmetic from overflowing a time.Duration.
-const maxTTL = 100 * 365 * 24 * time.Hour
 
 // normalizeHeaders returns a normalised deep copy of t, nil when empty (an
 // empty table does not travel).

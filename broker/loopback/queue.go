@@ -45,7 +45,7 @@ type queue struct {
 // limit. It reports false when the queue refused the message (x-overflow
 // reject-publish or reject-publish-dlx), which the publisher sees as a nack.
 func (b *Broker) enqueue(q *queue, m *message, now time.Time) bool {
-	ttl, ok, _ := parseExpiration(m.msg.Expiration)
+	ttl, ok, _ := transport.ParseExpiration(m.msg.Expiration)
 	if q.cfg.ttl >= 0 && (!ok || q.cfg.ttl < ttl) {
 		ttl, ok = q.cfg.ttl, true
 	}

@@ -19,11 +19,12 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./broker/...
 
-## lint: gofmt must have nothing to say, and go vet neither
+## lint: gofmt, go vet and go mod tidy must have nothing to say
 lint:
 	@unformatted="$$(gofmt -l .)"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: these files need gofmt:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (diff above): run it and commit the result"; exit 1; }
 
 ## build: the acemq-flow binary, into bin/
 build:

@@ -81,7 +81,7 @@ func (c Config) withDefaults() Config {
 		c.Prefetch = DefaultPrefetch
 	}
 	if c.Retry == nil {
-		r := DefaultRetry
+		r := DefaultRetry()
 		c.Retry = &r
 	}
 	if c.InProgressDelay == 0 {

@@ -74,7 +74,7 @@ func TestRetryThenSuccess(t *testing.T) {
 			}
 			return broker.Accept()
 		})
-		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.Constant(5, 100*time.Millisecond)))
+		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.Constant(5, 0)))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, map[string]string{"n": "1"}, broker.To(q), broker.Header("tenant", "acme")))
 
@@ -102,7 +102,7 @@ func TestExhaustedRetriesGoToDLQ(t *testing.T) {
 		handler, got := brokertest.Recorder(func(m *broker.Message) broker.Ack {
 			return broker.Retry(errors.New("warehouse unreachable"))
 		})
-		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.Constant(2, 10*time.Millisecond)))
+		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.Constant(2, 0)))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "order", broker.To(q), broker.MessageID("m-exhaust")))
 
@@ -179,7 +179,7 @@ func TestPanicIsRetried(t *testing.T) {
 			}
 			return broker.Accept()
 		})
-		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.Constant(3, 10*time.Millisecond)))
+		_, err := conn.Consume(ctx, q, handler, broker.WithRetry(broker.Constant(3, 0)))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "x", broker.To(q)))
 		require.Equal(t, 1, brokertest.Next(t, got, 5*time.Second).Msg.Attempt)

@@ -63,7 +63,7 @@ func ExampleWithRetry() {
 	_, err = conn.Consume(ctx, "payments", broker.Func(func(ctx context.Context, m *broker.Message) error {
 		attempts <- m.Attempt
 		return errors.New("gateway timed out")
-	}), broker.WithRetry(broker.Constant(2, 100*time.Millisecond)))
+	}), broker.WithRetry(broker.Constant(2, 0)))
 	if err != nil {
 		fmt.Println(err)
 		return

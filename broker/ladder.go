@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"time"
 )
 
@@ -14,14 +15,23 @@ type Rung struct {
 	TTL    time.Duration
 }
 
-// Rungs are the ladder's queues, longest first (docs/wire.md).
-var Rungs = []Rung{
+// rungs are the ladder's queues, longest first (docs/wire.md). Unexported
+// so that nothing can change the contract's ladder under a running
+// control consumer; LadderRungs hands out a copy.
+var rungs = [...]Rung{
 	{".1h", time.Hour},
 	{".10m", 10 * time.Minute},
 	{".1m", time.Minute},
 	{".10s", 10 * time.Second},
 	{".1s", time.Second},
 }
+
+// ShortestRung is the TTL of the ladder's smallest rung: the accuracy of
+// every delay the ladder carries.
+const ShortestRung = time.Second
+
+// LadderRungs returns the ladder's rungs, longest first (a copy).
+func LadderRungs() []Rung { return slices.Clone(rungs[:]) }
 
 // DueSuffix names the ladder's control queue.
 const DueSuffix = ".due"
@@ -33,7 +43,7 @@ const DueSuffix = ".due"
 // Every queue is bound to the exchange under its own name.
 func LadderTopology(name string) Topology {
 	t := Topology{Exchanges: []Exchange{{Name: name, Kind: "direct", Durable: true}}}
-	for _, r := range Rungs {
+	for _, r := range rungs {
 		q := QuorumQueue(name+r.Suffix, Table{
 			"x-message-ttl":             r.TTL.Milliseconds(),
 			"x-dead-letter-exchange":    name,
@@ -59,10 +69,10 @@ func RungFor(remaining time.Duration) string {
 	if remaining <= 0 {
 		return DueSuffix
 	}
-	for _, r := range Rungs {
+	for _, r := range rungs {
 		if r.TTL <= remaining {
 			return r.Suffix
 		}
 	}
-	return Rungs[len(Rungs)-1].Suffix
+	return rungs[len(rungs)-1].Suffix
 }

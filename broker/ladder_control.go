@@ -191,7 +191,7 @@ func (l *ladder) process(k *Consumer, d *transport.Delivery) {
 			// handling below for the ladder's own queues.
 			log.Debug("scheduled target refused the message; retrying in 1s", slog.String("exchange", exchange),
 				slog.String("key", key), slog.Any("error", err))
-			err = l.hop(ctx, Rungs[len(Rungs)-1].Suffix, msg)
+			err = l.hop(ctx, rungs[len(rungs)-1].Suffix, msg)
 			if err == nil {
 				l.hops.Add(1)
 			}

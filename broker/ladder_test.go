@@ -40,7 +40,7 @@ func TestLadderHops(t *testing.T) {
 		for d > 0 {
 			r := RungFor(d)
 			hops = append(hops, r)
-			for _, rung := range Rungs {
+			for _, rung := range LadderRungs() {
 				if rung.Suffix == r {
 					require.LessOrEqual(t, rung.TTL, max(d, time.Second), "rung %s overshoots %s", r, d)
 					d -= rung.TTL
@@ -81,4 +81,18 @@ func TestLadderTopologyMatchesContract(t *testing.T) {
 		require.Equal(t, "acemq.schedule", b.Exchange)
 		require.Equal(t, b.Queue, b.Key, "every queue is bound under its own name")
 	}
+}
+
+// TestLadderRungsIsACopy: the contract's ladder cannot be changed through
+// what LadderRungs hands out (a user who empties or nils it must not make
+// the control consumer panic or hop into a rung that does not exist).
+func TestLadderRungsIsACopy(t *testing.T) {
+	t.Parallel()
+	r := LadderRungs()
+	r[len(r)-1] = Rung{}
+	clear(r)
+	require.Equal(t, ".1s", RungFor(300*time.Millisecond))
+	require.Equal(t, ".1h", RungFor(2*time.Hour))
+	require.Len(t, LadderRungs(), 5)
+	require.Equal(t, Rung{Suffix: ".1s", TTL: ShortestRung}, LadderRungs()[4])
 }

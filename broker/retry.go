@@ -24,8 +24,11 @@ type RetryPolicy struct {
 }
 
 // DefaultRetry is the policy a consumer gets when none is given: five
-// attempts, one second doubling up to five minutes.
-var DefaultRetry = RetryPolicy{Attempts: 5, Initial: time.Second, Multiplier: 2, Max: 5 * time.Minute}
+// attempts, one second doubling up to five minutes. It is a function so
+// that nobody can change every consumer's default under them.
+func DefaultRetry() RetryPolicy {
+	return RetryPolicy{Attempts: 5, Initial: time.Second, Multiplier: 2, Max: 5 * time.Minute}
+}
 
 // Exponential is attempts deliveries with delays starting at initial and
 // doubling, capped at five minutes.
@@ -53,7 +56,10 @@ func (p RetryPolicy) WithMax(d time.Duration) RetryPolicy {
 	return p
 }
 
-// Validate refuses a policy that cannot mean anything.
+// Validate refuses a policy that cannot mean anything, and one whose delay
+// could fall under a second without being zero: retries ride the
+// scheduler ladder, whose shortest rung is one second, so such a delay
+// could not be honoured (0 retries at once).
 func (p RetryPolicy) Validate() error {
 	switch {
 	case p.Attempts < 1:
@@ -62,6 +68,12 @@ func (p RetryPolicy) Validate() error {
 		return invalid("retry policy: negative duration")
 	case p.Attempts > 1 && p.Multiplier != 0 && p.Multiplier < 1:
 		return invalid("retry policy: multiplier %g, want at least 1", p.Multiplier)
+	}
+	for _, d := range []time.Duration{p.Initial, p.Max} {
+		if d > 0 && d < ShortestRung {
+			return invalid("retry policy: delay %s: retries ride the scheduler ladder, whose shortest rung is %s; use 0 (at once) or at least %s",
+				d, ShortestRung, ShortestRung)
+		}
 	}
 	return nil
 }

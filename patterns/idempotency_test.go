@@ -149,7 +149,7 @@ func TestIdempotentOnLoopbackPutsBackWithAttemptUnchanged(t *testing.T) {
 	_, err = conn.Consume(ctx, "orders", func(_ context.Context, m *broker.Message) broker.Ack {
 		ran <- m.Attempt
 		return broker.Accept()
-	}, broker.Use(observe, guard), broker.WithRetry(broker.Constant(2, 10*time.Millisecond)))
+	}, broker.Use(observe, guard), broker.WithRetry(broker.Constant(2, 0)))
 	require.NoError(t, err)
 	require.NoError(t, conn.Publish(ctx, "x", broker.To("orders"), broker.MessageID("m-held")))
 	require.Equal(t, broker.OutcomeLabelInProgress, <-labels)

@@ -107,7 +107,7 @@ func TestMiddlewareOnConsumer(t *testing.T) {
 			}
 			return broker.Accept()
 		}, broker.Use(patterns.WithLogging(conn.Logger()), patterns.WithTimeout(50*time.Millisecond), patterns.WithOrdering(patterns.ByCorrelation())),
-			broker.WithRetry(broker.Constant(3, 50*time.Millisecond)))
+			broker.WithRetry(broker.Constant(3, 0)))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "x", broker.To(q)))
 		require.Equal(t, 1, brokertest.Next(t, seen, 10*time.Second))
@@ -160,7 +160,7 @@ func TestThenPublishUnboundRetries(t *testing.T) {
 			return "on", nil
 		}, broker.To(h.Queue("unbound")))
 		require.NoError(t, err)
-		_, err = conn.Consume(ctx, in, next, broker.WithRetry(broker.Constant(2, 50*time.Millisecond)))
+		_, err = conn.Consume(ctx, in, next, broker.WithRetry(broker.Constant(2, 0)))
 		require.NoError(t, err)
 		require.NoError(t, conn.Publish(ctx, "x", broker.To(in), broker.MessageID("input")))
 		require.Equal(t, 1, brokertest.Next(t, attempts, 10*time.Second))

@@ -51,7 +51,7 @@ func pipelineStage(t *testing.T, conn *broker.Conn, p *patterns.Pipeline, step s
 		return fn(ctx, m)
 	}, opts...)
 	require.NoError(t, err)
-	_, err = conn.Consume(brokertest.Ctx(t), p.QueueFor(step), h, broker.WithRetry(broker.Constant(3, 100*time.Millisecond)))
+	_, err = conn.Consume(brokertest.Ctx(t), p.QueueFor(step), h, broker.WithRetry(broker.Constant(3, 0)))
 	require.NoError(t, err)
 	return seen
 }

@@ -24,7 +24,7 @@ func slipStage(t *testing.T, conn *broker.Conn, queue string, step patterns.Step
 		return step(ctx, m)
 	}, opts...)
 	require.NoError(t, err)
-	_, err = conn.Consume(brokertest.Ctx(t), queue, h, broker.WithRetry(broker.Constant(10, 100*time.Millisecond)))
+	_, err = conn.Consume(brokertest.Ctx(t), queue, h, broker.WithRetry(broker.Constant(10, 0)))
 	require.NoError(t, err)
 	return seen
 }

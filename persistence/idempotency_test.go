@@ -289,7 +289,7 @@ func TestIdempotencyConsumerKilledMidHandler(t *testing.T) {
 	_, err = r.Open(broker.Config{}).Consume(ctx, q, func(_ context.Context, m *broker.Message) broker.Ack {
 		ran <- m
 		return broker.Accept()
-	}, broker.Use(seen.middleware, guardB), broker.WithRetry(broker.Constant(2, 100*time.Millisecond)))
+	}, broker.Use(seen.middleware, guardB), broker.WithRetry(broker.Constant(2, 0)))
 	require.NoError(t, err)
 	select {
 	case m := <-ran:

@@ -23,11 +23,11 @@ const DefaultDemoTimeout = 30 * time.Second
 const cleanupTimeout = 10 * time.Second
 
 // DemoRetryAttempts and DemoRetryDelay are the demo consumer's retry
-// policy: at most three deliveries, half a second apart (the scheduler
-// ladder's one-second rung makes that about a second: never early).
+// policy: at most three deliveries, a second apart (the scheduler ladder's
+// shortest rung).
 const (
 	DemoRetryAttempts = 3
-	DemoRetryDelay    = 500 * time.Millisecond
+	DemoRetryDelay    = time.Second
 )
 
 // Order is the payload the demo publishes.

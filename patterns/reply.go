@@ -58,3 +58,27 @@ func replyError(m *broker.Message) (string, bool) {
 	}
 	return "", false
 }
+
+// uncheckedCodec hides a codec's broker.Checker. The reply consumer would
+// otherwise park a reply whose body fails the check before the requester
+// saw it, in a .parked queue a reply queue does not have: a failed reply
+// (acemq-error, an empty body, a JSON content type) would be lost and its
+// caller time out. Unchecked, every reply reaches its caller, who reads
+// acemq-error first and decodes, with the codec's own error, only a reply
+// that succeeded.
+type uncheckedCodec struct{ broker.Codec }
+
+// replyCodecs are the codecs a requester's reply consumer decodes with:
+// every one the connection knows and the requester's own (which wins for
+// its content type), none of them checking bodies.
+func replyCodecs(cfg broker.Config, own broker.Codec) []broker.Codec {
+	all := append([]broker.Codec{broker.JSON, broker.Raw, cfg.Codec}, cfg.Codecs...)
+	all = append(all, own)
+	out := make([]broker.Codec, 0, len(all))
+	for _, c := range all {
+		if c != nil {
+			out = append(out, uncheckedCodec{c})
+		}
+	}
+	return out
+}

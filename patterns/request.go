@@ -73,8 +73,8 @@ func NewRequester(ctx context.Context, conn *broker.Conn, to string, timeout tim
 	}
 	copts := []broker.ConsumeOption{broker.Existing(), broker.Exclusive(), broker.WithRetry(broker.NoRetry()),
 		broker.Prefetch(cfg.prefetch)}
-	if cfg.codec != nil {
-		copts = append(copts, broker.WithCodec(cfg.codec))
+	for _, c := range replyCodecs(conn.Config(), cfg.codec) {
+		copts = append(copts, broker.WithCodec(c))
 	}
 	r.consumer, err = conn.Consume(ctx, r.reply, r.deliver, copts...)
 	if err != nil {
@@ -87,7 +87,9 @@ func NewRequester(ctx context.Context, conn *broker.Conn, to string, timeout tim
 func (r *Requester) ReplyQueue() string { return r.reply }
 
 // Call sends payload as a request and waits for the reply, decoding it into
-// out (nil discards it). See CallMessage for what it returns.
+// out (nil discards it). See CallMessage for what it returns; a reply that
+// succeeded but does not decode is the codec's error (a *broker.DecodeError
+// for JSON).
 func (r *Requester) Call(ctx context.Context, payload, out any, opts ...broker.PublishOption) error {
 	m, err := r.CallMessage(ctx, payload, opts...)
 	if err != nil {

@@ -317,3 +317,58 @@ func TestRequestInteropPlainClient(t *testing.T) {
 		require.Equal(t, requestPrice{SKU: "X-1", N: 10}, out)
 	})
 }
+
+// TestRequestFailedReplyInAnyContentType: a responder of another library
+// whose codec stamps every reply application/json answers a failure with
+// acemq-error and an empty body. The caller gets *ResponderFailed at once,
+// since acemq-error is read before anything is decoded (docs/wire.md,
+// "Request / reply"); and a successful reply whose body does not decode
+// comes back to the caller as a *broker.DecodeError, not as a timeout.
+func TestRequestFailedReplyInAnyContentType(t *testing.T) {
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("foreign-responder")
+		h.Declare(q)
+		prices, err := patterns.NewRequester(ctx, conn, q, 10*time.Second)
+		require.NoError(t, err)
+		h.DeleteLater(prices.ReplyQueue())
+		t.Cleanup(func() { _ = prices.Close(context.Background()) })
+
+		ch := h.Plain()
+		requests, err := ch.Consume(q, "", true, true, false, false, nil)
+		require.NoError(t, err)
+		answer := func(headers amqp.Table, body []byte) {
+			t.Helper()
+			d := brokertest.Next(t, requests, 5*time.Second)
+			headers[broker.HeaderCausationID] = d.MessageId
+			require.NoError(t, ch.PublishWithContext(ctx, "", d.ReplyTo, true, false, amqp.Publishing{
+				ContentType: "application/json", CorrelationId: d.CorrelationId, Headers: headers, Body: body,
+			}))
+		}
+		call := func() (<-chan error, time.Time) {
+			done := make(chan error, 1)
+			go func() {
+				var out requestPrice
+				done <- prices.Call(ctx, requestPrice{SKU: "X-1", N: 1}, &out)
+			}()
+			return done, time.Now()
+		}
+
+		done, start := call()
+		answer(amqp.Table{broker.HeaderReplyError: "catalogue unavailable"}, nil)
+		err = brokertest.Next(t, done, 5*time.Second)
+		var failed *patterns.ResponderFailed
+		require.ErrorAs(t, err, &failed, "got %v", err)
+		require.Equal(t, "catalogue unavailable", failed.Message)
+		require.Less(t, time.Since(start), 5*time.Second, "a failure comes back, not a timeout")
+
+		done, start = call()
+		answer(amqp.Table{}, []byte("{not json"))
+		err = brokertest.Next(t, done, 5*time.Second)
+		var undecodable *broker.DecodeError
+		require.ErrorAs(t, err, &undecodable, "got %v", err)
+		require.NotErrorIs(t, err, patterns.ErrRequestTimedOut)
+		require.Less(t, time.Since(start), 5*time.Second, "an undecodable reply comes back, not a timeout")
+	})
+}

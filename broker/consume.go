@@ -203,26 +203,45 @@ func (k *Consumer) process(d *transport.Delivery) {
 // processMessage handles a delivery already turned into a message (or that
 // could not be: err says why, and it is parked).
 func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, start time.Time) {
-	tel := k.conn.tel
+	s := Settlement{Queue: k.queue, Message: m, MessageID: d.MessageID, Started: start}
 	if err != nil {
-		tel.settled(k.handlerCtx, k.queue, k.park(d, err.Error()), time.Since(start))
+		s.Err, s.Reason = err, err.Error()
+		s.Outcome = k.park(d, s.Reason)
+		k.settled(k.handlerCtx, &s, s.Outcome)
 		return
 	}
 	if reason := k.cfg.retry.spent(m.Attempt, m.FirstSeen, start); reason != "" {
-		tel.settled(k.handlerCtx, k.queue, k.giveUp(d, reason), time.Since(start))
+		s.Err, s.Reason = errors.New(reason), reason
+		s.Outcome = k.giveUp(d, reason)
+		k.settled(k.handlerCtx, &s, s.Outcome)
 		return
 	}
-	ctx, span := tel.startProcess(k.handlerCtx, k.queue, m, d.Headers)
+	ctx, span := k.conn.tel.startProcess(k.handlerCtx, k.queue, m, d.Headers)
 	ack := safely(WithHandling(ctx, m), k.handler, m)
-	outcome := k.settle(d, m, ack)
-	span.SetAttributes(attribute.String("acemq.outcome", outcome))
+	s.HandlerRan, s.Err, s.Label = true, ack.err, ack.label
+	k.settle(d, m, ack, &s)
+	label := s.Outcome
+	if s.Label != "" && s.Outcome != OutcomeLabelUnsettled && s.Outcome != OutcomeLabelSkipped {
+		label = s.Label
+	}
+	span.SetAttributes(attribute.String("acemq.outcome", label))
 	if ack.err != nil {
 		span.RecordError(ack.err)
 		span.SetStatus(codes.Error, ack.err.Error())
 		span.SetAttributes(attribute.String("error.type", fmt.Sprintf("%T", ack.err)))
 	}
 	span.End()
-	tel.settled(ctx, k.queue, outcome, time.Since(start))
+	k.settled(ctx, &s, label)
+}
+
+// settled reports a settled delivery on the metrics, under label, and to
+// the consumer's settle hook.
+func (k *Consumer) settled(ctx context.Context, s *Settlement, label string) {
+	s.Duration = time.Since(s.Started)
+	k.conn.tel.settled(ctx, k.queue, label, s.Duration)
+	if k.cfg.onSettle != nil {
+		k.cfg.onSettle(ctx, *s)
+	}
 }
 
 // message turns a delivery into what a handler sees, or says why it cannot.
@@ -253,41 +272,51 @@ func (k *Consumer) message(d *transport.Delivery, now time.Time) (*Message, erro
 	}, nil
 }
 
-// settle carries out the handler's decision and names the outcome.
-func (k *Consumer) settle(d *transport.Delivery, m *Message, ack Ack) string {
-	label := func(outcome string) string {
-		if ack.label != "" && outcome != OutcomeLabelUnsettled && outcome != OutcomeLabelSkipped {
-			return ack.label
-		}
-		return outcome
-	}
+// settle carries out the handler's decision and writes what became of the
+// delivery into s.
+func (k *Consumer) settle(d *transport.Delivery, m *Message, ack Ack, s *Settlement) {
 	var decodeErr *DecodeError
 	switch ack.outcome {
 	case OutcomeAccept:
+		s.Outcome = OutcomeLabelAccepted
 		if err := d.Ack(); err != nil {
 			k.conn.log.Warn("ack failed; the message will be redelivered", slog.String("queue", k.queue),
 				slog.String("message_id", m.ID), slog.Any("error", err))
-			return OutcomeLabelUnsettled
+			s.Outcome = OutcomeLabelUnsettled
 		}
-		return label(OutcomeLabelAccepted)
 	case OutcomeRetry, OutcomeReject:
-		if errors.As(ack.err, &decodeErr) {
-			return label(k.park(d, ack.err.Error()))
+		switch {
+		case errors.As(ack.err, &decodeErr):
+			s.Reason = ack.err.Error()
+			s.Outcome = k.park(d, s.Reason)
+		case ack.outcome == OutcomeReject:
+			s.Reason = ack.err.Error()
+			s.Outcome = k.giveUp(d, s.Reason)
+		default:
+			if reason := k.cfg.retry.giveUp(m.Attempt, m.FirstSeen, time.Now()); reason != "" {
+				s.Reason = fmt.Sprintf("%v (%s)", ack.err, reason)
+				s.Outcome = k.giveUp(d, s.Reason)
+				return
+			}
+			s.Outcome = k.retry(d, m, ack.err)
+			if s.Outcome == OutcomeLabelRetried {
+				s.Delay, s.NextAttempt = k.cfg.retry.Delay(m.Attempt), m.Attempt+1
+			}
 		}
-		if ack.outcome == OutcomeReject {
-			return label(k.giveUp(d, ack.err.Error()))
-		}
-		if reason := k.cfg.retry.giveUp(m.Attempt, m.FirstSeen, time.Now()); reason != "" {
-			return label(k.giveUp(d, fmt.Sprintf("%v (%s)", ack.err, reason)))
-		}
-		return label(k.retry(d, m, ack.err))
 	case OutcomeInProgress:
 		if k.cfg.stream {
 			// Putting it back would append a second copy to the log.
-			return label(k.giveUp(d, "in progress elsewhere; a stream message cannot be put back"))
+			s.Reason = "in progress elsewhere; a stream message cannot be put back"
+			s.Outcome = k.giveUp(d, s.Reason)
+			return
 		}
-		return label(k.putBack(d, ack.delay))
+		s.Outcome = k.putBack(d, ack.delay)
+		s.Delay, s.NextAttempt = ack.delay, m.Attempt
+		if s.Delay <= 0 {
+			s.Delay = k.cfg.inProgressDelay
+		}
 	default:
-		return label(k.giveUp(d, fmt.Sprintf("unknown handler outcome %d", ack.outcome)))
+		s.Reason = fmt.Sprintf("unknown handler outcome %d", ack.outcome)
+		s.Outcome = k.giveUp(d, s.Reason)
 	}
 }

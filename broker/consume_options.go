@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"regexp"
 	"time"
 )
@@ -25,6 +26,7 @@ type consumeConfig struct {
 	stream          bool
 	retrySet        bool
 	orderBy         func(*Message) string
+	onSettle        func(context.Context, Settlement)
 }
 
 type consumeOpt func(*consumeConfig) error
@@ -128,6 +130,60 @@ func OrderBy(key func(*Message) string) ConsumeOption {
 			return invalid("nil ordering key")
 		}
 		c.orderBy = key
+		return nil
+	})
+}
+
+// Settlement is what became of one delivery, once its consumer settled it:
+// the final outcome, decided after every middleware returned, which a
+// handler cannot know from inside (a retry whose policy is spent becomes a
+// dead letter; a move the broker refused becomes a reject).
+type Settlement struct {
+	// Queue is the queue the delivery came from.
+	Queue string
+	// Message is the delivery as its handler saw it, or nil when it could
+	// not be read (then Outcome is parked and Err says why).
+	Message *Message
+	// MessageID is the delivery's message id, also when Message is nil.
+	MessageID string
+	// Outcome is what the consumer did: OutcomeLabelAccepted,
+	// OutcomeLabelRetried, OutcomeLabelDeadLettered, OutcomeLabelParked,
+	// OutcomeLabelInProgress (put back), OutcomeLabelUnsettled (the move or
+	// the ack did not complete: the broker redelivers it) or
+	// OutcomeLabelSkipped (a stream message acknowledged past).
+	Outcome string
+	// Label is the outcome the handler asked to be reported under
+	// (Ack.As, "duplicate" for the idempotency guard), or "".
+	Label string
+	// HandlerRan is false when the delivery was parked or given up before
+	// its handler was called (unreadable, or its retries already spent).
+	HandlerRan bool
+	// Err is the handler's reason (Retry, Reject), or why the delivery was
+	// set aside before the handler ran; nil for an accept.
+	Err error
+	// Reason is the x-acemq-error text of a dead-lettered or parked copy.
+	Reason string
+	// Delay is how long until a retried or put-back message comes back,
+	// and NextAttempt the attempt it will arrive on.
+	Delay       time.Duration
+	NextAttempt int
+	// Started is when the consumer took the delivery; Duration how long it
+	// took to settle it.
+	Started  time.Time
+	Duration time.Duration
+}
+
+// OnSettle calls f with the final outcome of every delivery, after it was
+// settled (so a message retried, dead-lettered or parked is already on its
+// way), on the goroutine that handled it: a slow f slows the consumer
+// down rather than queueing without bound. f must not block for long and
+// must not settle the message itself. A nil f is refused.
+func OnSettle(f func(ctx context.Context, s Settlement)) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		if f == nil {
+			return invalid("nil settle hook")
+		}
+		c.onSettle = f
 		return nil
 	})
 }

@@ -87,11 +87,38 @@ func setString(h transport.Table, k, v string) {
 	}
 }
 
-// decodeEnvelope reads the envelope of a message from any AceMQ library or
+// decodeEnvelope is readEnvelope for a delivery the consumer received at
+// now. A delivery without x-acemq-first-seen (a foreign publisher's) first
+// gets the value worked out for it written into its headers: every copy the
+// library then moves of it (retry, in-progress put-back, dead-letter, park,
+// a pattern's hop through Message.Raw) carries that value, so the next
+// reader, in any language, sees the same one (docs/wire.md). Without it, a
+// retry of a message with no timestamp property would be first seen anew
+// on every delivery, and never grow old enough for a MaxAge policy.
+func decodeEnvelope(m *transport.Message, now time.Time) (Envelope, transport.Table, error) {
+	if _, ok := m.Headers[HeaderFirstSeen]; !ok {
+		if m.Headers == nil {
+			m.Headers = transport.Table{}
+		}
+		m.Headers[HeaderFirstSeen] = firstSeenOf(m, now).UnixMilli()
+	}
+	return readEnvelope(m, now)
+}
+
+// firstSeenOf is when a message without x-acemq-first-seen is taken to have
+// first entered: at its timestamp property, or now when it has none.
+func firstSeenOf(m *transport.Message, now time.Time) time.Time {
+	if !m.Timestamp.IsZero() {
+		return m.Timestamp
+	}
+	return now
+}
+
+// readEnvelope reads the envelope of a message from any AceMQ library or
 // from a plain AMQP client. Missing engine headers take their defaults
 // (attempt 1, first seen = timestamp or now); present but unreadable ones
-// are a *HeaderError.
-func decodeEnvelope(m *transport.Message, now time.Time) (Envelope, transport.Table, error) {
+// are a *MalformedHeaderError.
+func readEnvelope(m *transport.Message, now time.Time) (Envelope, transport.Table, error) {
 	e := Envelope{
 		ID:            m.MessageID,
 		CorrelationID: m.CorrelationID,
@@ -115,10 +142,8 @@ func decodeEnvelope(m *transport.Message, now time.Time) (Envelope, transport.Ta
 			return e, app, &MalformedHeaderError{HeaderFirstSeen, v}
 		}
 		e.FirstSeen = time.UnixMilli(ms)
-	} else if !m.Timestamp.IsZero() {
-		e.FirstSeen = m.Timestamp
 	} else {
-		e.FirstSeen = now
+		e.FirstSeen = firstSeenOf(m, now)
 	}
 	if v, ok := h[HeaderAttempt]; ok {
 		n, ok := transport.Int(v)
@@ -195,5 +220,5 @@ func checkApplicationHeaders(h transport.Table) error {
 // same rules a consumer uses. A malformed engine header is a
 // *MalformedHeaderError.
 func EnvelopeOf(m *transport.Message) (Envelope, Table, error) {
-	return decodeEnvelope(m, time.Now())
+	return readEnvelope(m, time.Now())
 }

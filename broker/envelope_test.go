@@ -45,11 +45,21 @@ func TestDecodeEnvelopeForeignMessage(t *testing.T) {
 	require.Equal(t, 2, env.Attempt)
 	require.Equal(t, ts, env.FirstSeen, "first seen falls back to the timestamp")
 
-	env, _, err = decodeEnvelope(&transport.Message{}, now)
+	require.Equal(t, ts.UnixMilli(), m.Headers[HeaderFirstSeen], "written into the delivery, for every copy moved of it")
+
+	bare := transport.Message{}
+	env, _, err = decodeEnvelope(&bare, now)
 	require.NoError(t, err)
 	require.Equal(t, 1, env.Attempt)
-	require.Equal(t, now, env.FirstSeen)
+	require.Equal(t, now.UnixMilli(), env.FirstSeen.UnixMilli(), "first seen when received, without a timestamp")
+	require.Equal(t, now.UnixMilli(), bare.Headers[HeaderFirstSeen], "the handler sees the value the copies carry")
 	require.Nil(t, env.Route)
+
+	read := transport.Message{Timestamp: ts}
+	env, _, err = EnvelopeOf(&read)
+	require.NoError(t, err)
+	require.Equal(t, ts, env.FirstSeen)
+	require.Nil(t, read.Headers, "EnvelopeOf only reads")
 }
 
 func TestDecodeEnvelopeMalformed(t *testing.T) {

@@ -18,7 +18,10 @@ const moveTimeout = 30 * time.Second
 // movable is a copy of d's message to publish elsewhere: same identity,
 // properties and body, headers cloned, and the broker's own dead-lettering
 // headers dropped (RabbitMQ silently drops a message whose x-death shows it
-// cycling through queues with no rejection in the loop).
+// cycling through queues with no rejection in the loop). A consumer's
+// delivery carries x-acemq-first-seen even when its publisher wrote none
+// (decodeEnvelope wrote the value worked out for it), so every move of it
+// writes that value.
 func movable(d *transport.Delivery) transport.Message {
 	m := d.Message
 	m.Headers = d.Headers.Clone()

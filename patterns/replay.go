@@ -59,7 +59,9 @@ func (r ReplayResult) String() string {
 // acknowledged only once the broker confirmed the copy: a crash in between
 // replays it twice rather than losing it. Copies are published several at a
 // time (ReplayInFlight), so they may arrive out of order. The copy keeps the message's
-// identity (id, correlation, x-acemq-first-seen, run id) and is stamped
+// identity (id, correlation, x-acemq-first-seen, run id; a message without
+// x-acemq-first-seen gets the one worked out for it, its timestamp or the
+// moment the pass read it) and is stamped
 // with acemq-replayed-from, acemq-replayed-at (epoch ms) and
 // acemq-replay-count; with ReplayRestart (the default) it goes back on
 // attempt 1 with x-acemq-error cleared. The broker's x-death headers are
@@ -379,6 +381,11 @@ func (p *replayPass) copyOf(d *transport.Delivery, env broker.Envelope) (broker.
 		msg.Headers = broker.Table{}
 	}
 	broker.StripBrokerHeaders(msg.Headers)
+	if _, ok := msg.Headers[broker.HeaderFirstSeen]; !ok {
+		// A foreign publisher's message: the copy carries the first-seen
+		// worked out for it, so that every reader after it sees that one.
+		msg.Headers[broker.HeaderFirstSeen] = env.FirstSeen.UnixMilli()
+	}
 	if p.cfg.restart {
 		msg.Headers[broker.HeaderAttempt] = int64(1)
 		delete(msg.Headers, broker.HeaderError)

@@ -255,3 +255,39 @@ func TestReplayRefusals(t *testing.T) {
 		h.WaitDepth(q, 2, 10*time.Second)
 	})
 }
+
+// TestReplayWritesFirstSeenOfForeignMessage: a dead letter without
+// x-acemq-first-seen (its publisher knew nothing of AceMQ) is replayed
+// carrying the first-seen worked out for it, its timestamp property or the
+// moment the replay read it (docs/wire.md, "Reading and writing these
+// headers"), so the consumer's MaxAge measures from there.
+func TestReplayWritesFirstSeenOfForeignMessage(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("replay-foreign")
+		dlq := q + broker.DeadLetterSuffix
+		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
+		stamp := time.Now().Add(-time.Hour).Truncate(time.Second)
+		for id, ts := range map[string]time.Time{"stamped": stamp, "bare": {}} {
+			require.NoError(t, conn.Transport().Publish(ctx, transport.Publishing{RoutingKey: dlq, Mandatory: true,
+				Message: transport.Message{MessageID: id, Timestamp: ts, Body: []byte("x"),
+					Headers: transport.Table{broker.HeaderQueue: q}}}))
+		}
+		before := time.Now().UnixMilli()
+
+		res, err := patterns.Replay(ctx, conn, dlq)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Moved)
+		h.WaitDepth(q, 2, 10*time.Second)
+		firstSeen := map[string]int64{}
+		for _, d := range h.Drain(q) {
+			ms, ok := transport.Int(d.Headers[broker.HeaderFirstSeen])
+			require.True(t, ok, "%s carries no %s: %v", d.MessageID, broker.HeaderFirstSeen, d.Headers)
+			firstSeen[d.MessageID] = ms
+		}
+		require.Equal(t, stamp.UnixMilli(), firstSeen["stamped"], "first seen at its timestamp property")
+		require.GreaterOrEqual(t, firstSeen["bare"], before, "first seen when the replay read it")
+		require.LessOrEqual(t, firstSeen["bare"], time.Now().UnixMilli())
+	})
+}

@@ -1,4 +1,4 @@
-package persistence
+package broker
 
 import (
 	"errors"

@@ -106,7 +106,7 @@ func (s *SQLOutboxStore) Add(ctx context.Context, tx DB, rec patterns.OutboxReco
 	if rec.Exchange == "" && rec.RoutingKey == "" {
 		return "", fmt.Errorf("%w: no exchange and no routing key", patterns.ErrInvalidOutboxRecord)
 	}
-	env, err := encodeEnvelope(outboxEnvelope{Exchange: rec.Exchange, RoutingKey: rec.RoutingKey, Message: rec.Message})
+	env, err := rec.Outgoing.MarshalEnvelope()
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", patterns.ErrInvalidOutboxRecord, err)
 	}

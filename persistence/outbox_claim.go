@@ -122,15 +122,16 @@ func (r outboxRow) record() (patterns.OutboxRecord, error) {
 		LastError: r.lastError,
 		CreatedAt: r.created,
 	}
-	e, err := decodeEnvelope(r.env)
+	out, err := broker.UnmarshalEnvelope(r.env)
 	if err != nil {
 		return rec, fmt.Errorf("%w: record %d: %w", ErrUnreadableRecord, r.id, err)
 	}
-	e.Message.Body, err = decodeBody(r.body, r.encoding)
+	out.Message.Body, err = decodeBody(r.body, r.encoding)
 	if err != nil {
 		return rec, fmt.Errorf("%w: record %d: %w", ErrUnreadableRecord, r.id, err)
 	}
-	rec.Outgoing = broker.Outgoing{Exchange: e.Exchange, RoutingKey: e.RoutingKey, Mandatory: true, Message: e.Message}
+	out.Mandatory = true
+	rec.Outgoing = out
 	return rec, nil
 }
 

@@ -6,28 +6,41 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sync"
 
 	"github.com/acemq/acemq-flow/broker"
 )
 
 // ErrInvalidClaimCheckKey is what a store's *broker.FatalError wraps for a
-// key that is not of the form the store issues: a key read from a message
-// is input, and "../../etc/passwd" is a key too.
-var ErrInvalidClaimCheckKey = errors.New("claim check: not a key this store issued")
+// key that is not of the contract's form: a key read from a message is
+// input, and "../../etc/passwd" is a key too.
+var ErrInvalidClaimCheckKey = errors.New("claim check: invalid key")
 
-// claimCheckKeyForm is the form of the keys the built-in stores issue
-// (broker.NewID: a UUIDv4 in lower-case canonical text).
-var claimCheckKeyForm = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+// claimCheckMaxKeyLen is the longest key, in bytes, the contract allows.
+const claimCheckMaxKeyLen = 200
 
-// claimCheckValidKey refuses, as fatal, a key the built-in stores could not
-// have issued.
+// claimCheckValidKey refuses, as fatal, a key outside the contract
+// (docs/wire.md, "Claim check"): 1-200 bytes from [A-Za-z0-9._-], not
+// starting with a dot. Every store of every language takes any such key,
+// whatever form its own keys have, so that they can share a directory; and
+// such a key is always one plain file name in it, never a path out of it
+// (no separator, and no ".", ".." or hidden name).
 func claimCheckValidKey(key string) error {
-	if !claimCheckKeyForm.MatchString(key) {
-		return broker.Fatal(fmt.Errorf("%w: %q", ErrInvalidClaimCheckKey, key))
+	if len(key) == 0 || len(key) > claimCheckMaxKeyLen || key[0] == '.' {
+		return claimCheckInvalidKey(key)
+	}
+	for i := range len(key) {
+		c := key[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return claimCheckInvalidKey(key)
+		}
 	}
 	return nil
+}
+
+func claimCheckInvalidKey(key string) error {
+	return broker.Fatal(fmt.Errorf("%w: %q: want 1-%d bytes from [A-Za-z0-9._-], not starting with a dot",
+		ErrInvalidClaimCheckKey, key, claimCheckMaxKeyLen))
 }
 
 // InMemoryClaimCheckStore keeps payloads in this process's memory. It takes
@@ -54,7 +67,8 @@ func (s *InMemoryClaimCheckStore) Put(_ context.Context, content []byte) (string
 }
 
 // Get returns a copy of the payload under key, or false when it is not
-// held. A key of another form is a *broker.FatalError.
+// held. A key outside the contract's form is a *broker.FatalError wrapping
+// ErrInvalidClaimCheckKey.
 func (s *InMemoryClaimCheckStore) Get(_ context.Context, key string) ([]byte, bool, error) {
 	if err := claimCheckValidKey(key); err != nil {
 		return nil, false, err
@@ -68,8 +82,8 @@ func (s *InMemoryClaimCheckStore) Get(_ context.Context, key string) ([]byte, bo
 	return append([]byte(nil), b...), true, nil
 }
 
-// Delete forgets key; a key not held is not an error. A key of another
-// form is a *broker.FatalError.
+// Delete forgets key; a key not held is not an error. A key outside the
+// contract's form is refused as Get refuses it.
 func (s *InMemoryClaimCheckStore) Delete(_ context.Context, key string) error {
 	if err := claimCheckValidKey(key); err != nil {
 		return err
@@ -140,9 +154,10 @@ func (s *FilesystemClaimCheckStore) Put(ctx context.Context, content []byte) (st
 	return key, nil
 }
 
-// Get reads the payload under key, or returns false when there is no such
-// file. A key that is not of the form Put issues is a *broker.FatalError
-// wrapping ErrInvalidClaimCheckKey, checked before it comes near a path.
+// Get reads the payload under key (the file <dir>/<key>, whichever store,
+// of whichever language, wrote it), or returns false when there is no such
+// file. A key outside the contract's form is a *broker.FatalError wrapping
+// ErrInvalidClaimCheckKey, checked before it comes near a path.
 func (s *FilesystemClaimCheckStore) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err := claimCheckValidKey(key); err != nil {
 		return nil, false, err
@@ -161,7 +176,7 @@ func (s *FilesystemClaimCheckStore) Get(ctx context.Context, key string) ([]byte
 }
 
 // Delete removes the payload under key; a missing one is not an error. A
-// key of another form is refused as Get refuses it.
+// key outside the contract's form is refused as Get refuses it.
 func (s *FilesystemClaimCheckStore) Delete(_ context.Context, key string) error {
 	if err := claimCheckValidKey(key); err != nil {
 		return err

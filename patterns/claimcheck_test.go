@@ -104,26 +104,90 @@ func TestClaimCheckMissingKeyIsDecodeError(t *testing.T) {
 	})
 }
 
-func TestClaimCheckPathTraversalRefused(t *testing.T) {
+// TestClaimCheckKeys pins docs/wire.md, "Claim check": a key is an opaque
+// string of 1-200 bytes from [A-Za-z0-9._-], not starting with a dot, so
+// that stores of other languages, issuing keys of other forms, can share a
+// directory; anything else is refused as fatal before it comes near a path,
+// whether a store is asked for it or a message names it.
+func TestClaimCheckKeys(t *testing.T) {
 	t.Parallel()
+	keys := []struct {
+		key string
+		ok  bool
+	}{
+		{"0b9f3c1e-4d7a-4c2b-9a8e-1f2d3c4b5a69", true}, // what the built-in stores issue
+		{"0B9F3C1E-4D7A-4C2B-9A8E-1F2D3C4B5A69", true}, // another store's UUIDs
+		{"01ARZ3NDEKTSV4RRFFQ69G5FAV", true},           // a ULID
+		{"order-42_v2.bin", true},
+		{"a", true},
+		{"a..b", true},
+		{"key.", true},
+		{strings.Repeat("k", 200), true},
+		{"", false},
+		{strings.Repeat("k", 201), false},
+		{".", false},
+		{"..", false},
+		{".hidden", false},
+		{".claim-123.tmp", false}, // a file store's own temporary file
+		{"../../etc/passwd", false},
+		{"/etc/passwd", false},
+		{"a/b", false},
+		{"a/../../b", false},
+		{`a\b`, false},
+		{"C:key", false},
+		{"a b", false},
+		{"a\x00b", false},
+		{"clé", false},
+		{"~root", false},
+	}
 	claimCheckStores(t, func(t *testing.T, store patterns.ClaimCheckStore) {
+		ctx := context.Background()
 		codec, err := patterns.NewClaimCheckCodec(broker.Raw, store)
 		require.NoError(t, err)
-		for _, key := range []string{"../../etc/passwd", "/etc/passwd", "..", "a/../../b", strings.Repeat("a", 36), ""} {
-			_, _, err := store.Get(context.Background(), key)
-			var fe *broker.FatalError
-			require.ErrorAs(t, err, &fe, "key %q", key)
-			require.ErrorIs(t, err, patterns.ErrInvalidClaimCheckKey)
-			require.ErrorAs(t, store.Delete(context.Background(), key), &fe, "key %q", key)
-			if key == "" {
+		for _, tc := range keys {
+			frame := append([]byte{0xAC, 0x01, 0x01}, tc.key...)
+			_, found, err := store.Get(ctx, tc.key)
+			derr := store.Delete(ctx, tc.key)
+			var got []byte
+			cerr := codec.Decode(frame, &got)
+			if tc.ok {
+				require.NoError(t, err, "key %q", tc.key)
+				require.False(t, found, "key %q", tc.key)
+				require.NoError(t, derr, "key %q", tc.key)
+				var de *broker.DecodeError
+				require.ErrorAs(t, cerr, &de, "key %q: a valid key with nothing under it", tc.key)
 				continue
 			}
-			var got []byte
-			err = codec.Decode(append([]byte{0xAC, 0x01, 0x01}, key...), &got)
-			require.ErrorAs(t, err, &fe, "a key from a message is checked before it becomes a path: %q", key)
-			require.Nil(t, got)
+			var fe *broker.FatalError
+			require.ErrorAs(t, err, &fe, "key %q", tc.key)
+			require.ErrorIs(t, err, patterns.ErrInvalidClaimCheckKey, "key %q", tc.key)
+			require.ErrorAs(t, derr, &fe, "key %q", tc.key)
+			if tc.key != "" {
+				require.ErrorAs(t, cerr, &fe, "key %q: a key from a message is checked before it becomes a path", tc.key)
+				require.Nil(t, got)
+			}
 		}
 	})
+}
+
+// TestFilesystemClaimCheckStoreSharesADirectory: a payload another
+// language's store left at <root>/<key>, under a key of its own form, is
+// read back through a frame naming that key.
+func TestFilesystemClaimCheckStoreSharesADirectory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const key = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, key), []byte("written elsewhere"), 0o600))
+	store, err := patterns.NewFilesystemClaimCheckStore(dir)
+	require.NoError(t, err)
+	codec, err := patterns.NewClaimCheckCodec(broker.Raw, store)
+	require.NoError(t, err)
+	var got []byte
+	require.NoError(t, codec.Decode(append([]byte{0xAC, 0x01, 0x01}, key...), &got))
+	require.Equal(t, "written elsewhere", string(got))
+	require.NoError(t, store.Delete(context.Background(), key))
+	_, err = os.Stat(filepath.Join(dir, key))
+	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
 func TestFilesystemClaimCheckStoreLeavesNoTemporaryFiles(t *testing.T) {

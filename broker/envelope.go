@@ -178,13 +178,22 @@ func readEnvelope(m *transport.Message, now time.Time) (Envelope, transport.Tabl
 			}
 			e.Route[i] = str
 		}
-		if p, ok := h[HeaderRoutePosition]; ok {
-			n, ok := transport.Int(p)
-			if !ok || n < 0 || int(n) > len(e.Route) {
-				return e, app, &MalformedHeaderError{HeaderRoutePosition, p}
-			}
-			e.RoutePosition = int(n)
+		// The position (0 when absent) indexes the route: one outside it,
+		// the route's length included, addresses no step, and neither does
+		// an empty route. Both are malformed engine headers, so the
+		// consumer parks the message, whichever way it is out of range.
+		if len(e.Route) == 0 {
+			return e, app, &MalformedHeaderError{HeaderRoute, v}
 		}
+		var p any = int64(0)
+		if v, ok := h[HeaderRoutePosition]; ok {
+			p = v
+		}
+		n, ok := transport.Int(p)
+		if !ok || n < 0 || n >= int64(len(e.Route)) {
+			return e, app, &MalformedHeaderError{HeaderRoutePosition, p}
+		}
+		e.RoutePosition = int(n)
 	}
 	return e, app, nil
 }

@@ -71,6 +71,11 @@ func TestDecodeEnvelopeMalformed(t *testing.T) {
 		"route not array":  {HeaderRoute: "a,b"},
 		"route non-string": {HeaderRoute: []any{"a", int64(1)}},
 		"position outside": {HeaderRoute: []any{"a"}, HeaderRoutePosition: int64(5)},
+		"position = len":   {HeaderRoute: []any{"a", "b"}, HeaderRoutePosition: int64(2)},
+		"position < 0":     {HeaderRoute: []any{"a"}, HeaderRoutePosition: int32(-1)},
+		"position text":    {HeaderRoute: []any{"a"}, HeaderRoutePosition: "0"},
+		"empty route":      {HeaderRoute: []any{}, HeaderRoutePosition: int64(0)},
+		"empty, no pos":    {HeaderRoute: []any{}},
 		"run id number":    {HeaderRunID: int64(7)},
 	}
 	for name, h := range cases {

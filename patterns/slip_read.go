@@ -89,7 +89,7 @@ func slipRead(m *broker.Message) (*RoutingSlip, Form, error) {
 	if m.Route == nil {
 		return nil, AsArrived, ErrNoSlip
 	}
-	if len(m.Route) == 0 || m.RoutePosition >= len(m.Route) {
+	if m.RoutePosition < 0 || m.RoutePosition >= len(m.Route) {
 		return nil, Route, fmt.Errorf("%w: %s %d is outside the %d steps of %s",
 			ErrInvalidSlip, broker.HeaderRoutePosition, m.RoutePosition, len(m.Route), broker.HeaderRoute)
 	}

@@ -34,12 +34,13 @@ func movable(d *transport.Delivery) transport.Message {
 
 // Refused reports a publish the broker answered and said no to (returned,
 // nacked, refused by a channel exception) or that could never be sent (an
-// invalid header or expiration), as opposed to one whose fate is unknown
-// (connection lost, deadline): the first can be dealt with now, the second
-// only by trying again or by redelivery.
+// invalid header or expiration, a message too large for AMQP), as opposed to
+// one whose fate is unknown (connection lost, deadline): the first can be
+// dealt with now, the second only by trying again or by redelivery.
 func Refused(err error) bool {
 	if errors.Is(err, transport.ErrUnroutable) || errors.Is(err, transport.ErrNacked) ||
-		errors.Is(err, transport.ErrInvalidHeader) || errors.Is(err, transport.ErrInvalidExpiration) {
+		errors.Is(err, transport.ErrInvalidHeader) || errors.Is(err, transport.ErrInvalidExpiration) ||
+		errors.Is(err, transport.ErrTooLarge) {
 		return true
 	}
 	var ae *transport.AMQPError

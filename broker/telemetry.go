@@ -134,6 +134,8 @@ func publishFailure(err error) string {
 		return "returned"
 	case errors.Is(err, transport.ErrNacked):
 		return "nacked"
+	case errors.Is(err, transport.ErrTooLarge):
+		return "too_large"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "timeout"
 	default:

@@ -66,7 +66,9 @@ func (c *conn) Declare(ctx context.Context, t transport.Topology) error {
 }
 
 // Publish routes p to its queues, confirmed at once. It refuses an invalid
-// Expiration or header, a missing exchange (404) and an internal one (403);
+// Expiration or header, what transport.CheckPublishing refuses for
+// RabbitMQ's default frame_max (transport.ErrTooLarge), a missing exchange
+// (404) and an internal one (403);
 // an unroutable mandatory message is a *transport.ReturnedError, and a
 // queue refusing it (x-overflow reject-publish) is transport.ErrNacked.
 func (c *conn) Publish(ctx context.Context, p transport.Publishing) error {
@@ -79,6 +81,9 @@ func (c *conn) Publish(ctx context.Context, p transport.Publishing) error {
 func (c *conn) publish(ctx context.Context, p transport.Publishing) error {
 	msg, err := newMessage(p.Message)
 	if err != nil {
+		return err
+	}
+	if err := transport.CheckPublishing(p, transport.DefaultFrameMax); err != nil {
 		return err
 	}
 	if err := c.lock(ctx); err != nil {

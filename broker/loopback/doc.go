@@ -40,7 +40,11 @@
 // Streams (x-queue-type: stream, and the x-stream-offset or any other
 // x-stream-* consume argument), headers exchanges, x-expires and
 // x-max-priority fail with an error wrapping [transport.ErrNotSupported]:
-// they need a real broker. The loopback never reconnects, so
+// they need a real broker. A publish a RabbitMQ connection could not carry
+// is refused as the RabbitMQ transport refuses it
+// ([transport.CheckPublishing], for RabbitMQ's default frame_max of
+// [transport.DefaultFrameMax]), with an error matching
+// [transport.ErrTooLarge]. The loopback never reconnects, so
 // [transport.ErrStaleDelivery] and [transport.ErrConnectionLost] do not
 // occur.
 package loopback

@@ -21,6 +21,10 @@
 // [transport.ErrNacked], and a connection or channel lost before the confirm
 // is [transport.ErrConnectionLost] (also an [*transport.AMQPError] when a
 // channel exception such as publishing to a missing exchange closed it).
+// A publish no frame of the negotiated frame_max could carry, or that no
+// amqp091-go reader could read back, is refused before it is sent
+// ([transport.CheckPublishing], [transport.ErrTooLarge]): sent, it would
+// cost the whole connection.
 // Publishes wait, bounded by their context, while the broker has blocked the
 // connection and while the transport is between connections.
 //

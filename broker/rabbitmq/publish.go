@@ -17,9 +17,12 @@ var errResend = errors.New("rabbitmq: publish channel closed before sending")
 // Publish sends p persistent and returns once the broker confirmed it (see
 // the package doc for what each failure looks like). It refuses, before
 // sending anything, an Expiration that is not a non-negative decimal integer
-// (transport.ErrInvalidExpiration) and header values that are not AMQP field
-// values (transport.ErrInvalidHeader): RabbitMQ would close the channel on
-// the first while the publish itself reports success. ctx bounds every wait:
+// (transport.ErrInvalidExpiration), header values that are not AMQP field
+// values (transport.ErrInvalidHeader), and anything transport.CheckPublishing
+// refuses for the connection's negotiated frame_max
+// (transport.ErrTooLarge): RabbitMQ would close the channel on the first
+// while the publish itself reports success, and the connection on the last.
+// ctx bounds every wait:
 // for a connection, for the broker to unblock it, for a free in-flight slot
 // and for the confirm.
 func (t *Transport) Publish(ctx context.Context, p transport.Publishing) error {
@@ -31,6 +34,10 @@ func (t *Transport) Publish(ctx context.Context, p transport.Publishing) error {
 		s, err := t.session(ctx)
 		if err != nil {
 			return err
+		}
+		if err := transport.CheckPublishing(p, s.frameMax); err != nil {
+			// Sent, it would take the whole connection down.
+			return fmt.Errorf("rabbitmq: publish to %s: %w", destination(p), err)
 		}
 		if err := s.blocked.wait(ctx, s.lost); err != nil {
 			return fmt.Errorf("rabbitmq: publish to %s: waiting for the broker to unblock the connection: %w", destination(p), err)

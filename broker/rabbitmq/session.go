@@ -23,6 +23,8 @@ type session struct {
 	lost    chan struct{}
 	lostErr *amqp.Error
 	blocked *gate
+	// frameMax is the negotiated frame_max (0: no limit).
+	frameMax int
 
 	mu   sync.Mutex
 	pubs []*pubChannel
@@ -39,7 +41,7 @@ func (t *Transport) newSession(conn *amqp.Connection) (*session, error) {
 	t.gen++
 	gen := t.gen
 	t.mu.Unlock()
-	s := &session{t: t, gen: gen, conn: conn, lost: make(chan struct{}), blocked: newGate()}
+	s := &session{t: t, gen: gen, conn: conn, lost: make(chan struct{}), blocked: newGate(), frameMax: conn.Config.FrameSize}
 
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))

@@ -28,6 +28,10 @@ var (
 	// ErrNotSupported: the transport does not implement the requested feature
 	// (the loopback does not do streams).
 	ErrNotSupported = errors.New("not supported by this transport")
+	// ErrTooLarge: a publish AMQP or the connection cannot carry (see
+	// CheckPublishing); it was refused before anything was sent, and the
+	// connection is untouched.
+	ErrTooLarge = errors.New("message too large for AMQP")
 )
 
 // AMQP reply codes the core distinguishes.

@@ -16,7 +16,7 @@ import (
 func Run(t *testing.T, open func(t *testing.T) transport.Transport) {
 	s := suite{open: open}
 	for _, group := range []map[string]func(*testing.T, suite){
-		routingTests, messageTests, settleTests, consumeTests, queueTests, deadLetterTests,
+		routingTests, messageTests, settleTests, consumeTests, queueTests, deadLetterTests, frameTests,
 	} {
 		for name, test := range group {
 			t.Run(name, func(t *testing.T) {

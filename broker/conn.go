@@ -216,10 +216,15 @@ func (c *Conn) Logger() *slog.Logger { return c.log }
 func (c *Conn) Config() Config { return c.cfg }
 
 // Declare declares every exchange, queue and binding of t; a reconnecting
-// transport declares them again on every new connection.
+// transport declares them again on every new connection. It refuses, before
+// anything is sent, a stream or quorum queue declared transient, exclusive or
+// auto-delete (*QueueTypeError).
 func (c *Conn) Declare(ctx context.Context, t Topology) error {
 	if c.closed.Load() {
 		return ErrClosed
+	}
+	if err := checkQueueTypes(t); err != nil {
+		return fmt.Errorf("declare: %w", err)
 	}
 	if err := c.transport.Declare(ctx, t); err != nil {
 		return fmt.Errorf("declare: %w", err)

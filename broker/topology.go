@@ -1,6 +1,11 @@
 package broker
 
-import "github.com/acemq/acemq-flow/broker/transport"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/acemq/acemq-flow/broker/transport"
+)
 
 // Topology values, shared with the transport layer so that one value can be
 // printed, compared and applied (Conn.Declare).
@@ -48,4 +53,54 @@ func ConsumerTopology(queue string) Topology {
 		QuorumQueue(queue+DeadLetterSuffix, nil),
 		QuorumQueue(queue+ParkedSuffix, nil),
 	}}
+}
+
+// QueueTypeError is a declaration of a queue RabbitMQ replicates (a stream
+// or a quorum queue) that is transient, exclusive or auto-delete: RabbitMQ
+// replicates only durable queues that outlive the connection and consumers
+// that made them. Conn.Declare returns it before anything is sent, rather
+// than leaving the broker to refuse it with a bare PRECONDITION_FAILED.
+type QueueTypeError struct {
+	// Queue is the queue's name.
+	Queue string
+	// Type is its x-queue-type: "stream" or "quorum".
+	Type string
+	// Wrong is what the declaration asks for that the type cannot be, in
+	// this order: "transient", "exclusive", "auto-delete".
+	Wrong []string
+}
+
+// Error names the queue, its type and what is wrong with it.
+func (e *QueueTypeError) Error() string {
+	wrong := strings.Join(e.Wrong, ", ")
+	if i := strings.LastIndex(wrong, ", "); i >= 0 {
+		wrong = wrong[:i] + " and " + wrong[i+2:]
+	}
+	return fmt.Sprintf("queue %q cannot be a %s queue while it is %s: RabbitMQ only replicates durable queues that outlive their connection and consumers",
+		e.Queue, e.Type, wrong)
+}
+
+// checkQueueTypes returns a *QueueTypeError for the first queue of t that
+// RabbitMQ could not replicate.
+func checkQueueTypes(t Topology) error {
+	for _, q := range t.Queues {
+		typ, _ := q.Args["x-queue-type"].(string)
+		if typ != "stream" && typ != "quorum" {
+			continue
+		}
+		var wrong []string
+		if !q.Durable {
+			wrong = append(wrong, "transient")
+		}
+		if q.Exclusive {
+			wrong = append(wrong, "exclusive")
+		}
+		if q.AutoDelete {
+			wrong = append(wrong, "auto-delete")
+		}
+		if len(wrong) > 0 {
+			return &QueueTypeError{Queue: q.Name, Type: typ, Wrong: wrong}
+		}
+	}
+	return nil
 }

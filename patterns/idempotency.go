@@ -55,6 +55,27 @@ type Confirmer interface {
 	Confirm(ctx context.Context, key string) error
 }
 
+// ResultStore is a Claimer and Confirmer that can also keep what a piece
+// of work produced until it has been passed on: what closes the gap in
+// which a follower's step is done but the message it produced is lost with
+// the connection (the confirm never arrives, the ack of the input fails,
+// the broker redelivers the input). Under Idempotent, a follower
+// (FollowSlip, Pipeline.Follow, ThenPublish) keeps its next message under
+// the key before it sends it; a redelivery then finds the key done and
+// the message kept, and sends that message again, with the same id, rather
+// than running the step twice. Both shipped stores implement it.
+type ResultStore interface {
+	Claimer
+	Confirmer
+	// Complete records key's work as done, as Confirm does, and keeps
+	// result with it until Confirm (the result has been passed on) or the
+	// store's retention forgets the key.
+	Complete(ctx context.Context, key string, result []byte) error
+	// Result is what Complete kept under key, and false when nothing is
+	// kept (never completed, or confirmed since).
+	Result(ctx context.Context, key string) ([]byte, bool, error)
+}
+
 // Claim is a store's answer to "may I do the work under this key?".
 type Claim int
 
@@ -155,6 +176,15 @@ func IdempotencyLogger(l *slog.Logger) IdempotencyOption {
 // FirstTime cannot tell the retry from a duplicate and will accept it
 // unrun, which is why the three-way claim exists.
 //
+// With a store that implements ResultStore, a follower the guard wraps
+// (FollowSlip, Pipeline.Follow, ThenPublish) keeps the message its step
+// produced under the key before sending it. If that send fails (a lost
+// confirm, a lost connection), the key is not forgotten: the work was
+// done. The retry or redelivery finds the key done with its message kept,
+// and the follower sends that same message again, with its message id,
+// without running the step: a step whose work completed never runs again
+// because its hop failed.
+//
 // A message whose key is empty is given up with ErrNoIdempotencyKey. This
 // is a guard against duplicates, not exactly-once: only a store written in
 // the same transaction as the work closes the gap between the work and the
@@ -179,6 +209,7 @@ func Idempotent(store IdempotencyStore, opts ...IdempotencyOption) (broker.Middl
 	g := &idemGuard{store: store, cfg: cfg}
 	g.claimer, _ = store.(Claimer)
 	g.confirmer, _ = store.(Confirmer)
+	g.results, _ = store.(ResultStore)
 	return g.wrap, nil
 }
 
@@ -186,6 +217,7 @@ type idemGuard struct {
 	store     IdempotencyStore
 	claimer   Claimer
 	confirmer Confirmer
+	results   ResultStore
 	cfg       idemConfig
 }
 
@@ -203,7 +235,7 @@ func (g *idemGuard) wrap(next broker.Handler) broker.Handler {
 		case ClaimClaimed:
 			return g.run(ctx, next, m, key)
 		case ClaimDuplicate:
-			return broker.Accept().As(IdempotencyOutcomeDuplicate)
+			return g.duplicate(ctx, next, m, key)
 		case ClaimInProgress:
 			return broker.InProgress(g.cfg.inProgressDelay).As(broker.OutcomeLabelInProgress)
 		default:
@@ -228,29 +260,65 @@ func (g *idemGuard) claim(ctx context.Context, key string) (Claim, error) {
 
 // run calls the handler holding the key, and confirms or forgets the key by
 // what it decided. A panic forgets the key and carries on up, so that the
-// consumer turns it into a retry as it does for any handler.
+// consumer turns it into a retry as it does for any handler. A follower
+// that kept its result (the work is done, only passing it on failed) is
+// never forgotten: its retry sends the kept message again.
 func (g *idemGuard) run(ctx context.Context, next broker.Handler, m *broker.Message, key string) (ack broker.Ack) {
+	var kept *guarded
+	if g.results != nil {
+		kept = &guarded{key: key, store: g.results, logger: g.cfg.logger}
+		ctx = withGuarded(ctx, kept)
+	}
 	settled := false
 	defer func() {
-		if !settled {
+		if !settled && (kept == nil || !kept.completed) {
 			g.forget(ctx, m, key)
 		}
 	}()
 	ack = next(ctx, m)
 	settled = true
 	if ack.Outcome() != broker.OutcomeAccept {
-		g.forget(ctx, m, key)
+		if kept == nil || !kept.completed {
+			g.forget(ctx, m, key)
+		}
 		return ack
 	}
-	if g.confirmer != nil {
-		sctx, cancel := idemStoreContext(ctx)
-		defer cancel()
-		if err := g.confirmer.Confirm(sctx, key); err != nil {
-			g.cfg.logger.WarnContext(ctx, "idempotency: confirm failed; the key stays claimed until its lease expires",
-				slog.String("key", key), slog.String("message_id", m.ID), slog.Any("error", err))
-		}
-	}
+	g.confirm(ctx, m, key)
 	return ack
+}
+
+// duplicate answers a key whose work was done: accepted unrun, unless a
+// follower kept the message it produced and that message may not have
+// gone out, in which case the handler is called only to send it again.
+func (g *idemGuard) duplicate(ctx context.Context, next broker.Handler, m *broker.Message, key string) broker.Ack {
+	if g.results == nil {
+		return broker.Accept().As(IdempotencyOutcomeDuplicate)
+	}
+	result, ok, err := g.results.Result(ctx, key)
+	if err != nil {
+		return broker.Retry(fmt.Errorf("idempotency: result of %q: %w", key, err))
+	}
+	if !ok {
+		return broker.Accept().As(IdempotencyOutcomeDuplicate)
+	}
+	ack := next(withGuarded(ctx, &guarded{key: key, store: g.results, logger: g.cfg.logger, completed: true, resend: result}), m)
+	if ack.Outcome() != broker.OutcomeAccept {
+		return ack
+	}
+	g.confirm(ctx, m, key)
+	return ack.As(IdempotencyOutcomeDuplicate)
+}
+
+func (g *idemGuard) confirm(ctx context.Context, m *broker.Message, key string) {
+	if g.confirmer == nil {
+		return
+	}
+	sctx, cancel := idemStoreContext(ctx)
+	defer cancel()
+	if err := g.confirmer.Confirm(sctx, key); err != nil {
+		g.cfg.logger.WarnContext(ctx, "idempotency: confirm failed; the key stays claimed until its lease expires",
+			slog.String("key", key), slog.String("message_id", m.ID), slog.Any("error", err))
+	}
 }
 
 func (g *idemGuard) forget(ctx context.Context, m *broker.Message, key string) {

@@ -23,7 +23,9 @@ const DefaultIdempotencyWindow = 6 * time.Hour
 // unconfirmed claim older than the window is taken over, a confirmed key
 // is a duplicate for a window after its confirmation. Expired keys are swept
 // as the store is used, so it never grows beyond the keys of one window. It
-// implements Claimer and Confirmer and is safe for concurrent use.
+// implements Claimer, Confirmer and ResultStore (a result is held only
+// until Confirm, so only the results of hops in flight take memory), and
+// is safe for concurrent use.
 type InMemoryIdempotencyStore struct {
 	window time.Duration
 	now    func() time.Time
@@ -39,6 +41,8 @@ type InMemoryIdempotencyStore struct {
 type idemEntry struct {
 	confirmed bool
 	expires   time.Time
+	// result is what Complete kept, until Confirm.
+	result []byte
 }
 
 type idemExpiry struct {
@@ -91,6 +95,29 @@ func (s *InMemoryIdempotencyStore) Confirm(_ context.Context, key string) error 
 	s.sweepLocked(now)
 	s.putLocked(key, idemEntry{confirmed: true, expires: now.Add(s.window)})
 	return nil
+}
+
+// Complete records that key's work was done, as Confirm does, and keeps
+// result with it until Confirm. It never fails.
+func (s *InMemoryIdempotencyStore) Complete(_ context.Context, key string, result []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.sweepLocked(now)
+	s.putLocked(key, idemEntry{confirmed: true, expires: now.Add(s.window), result: result})
+	return nil
+}
+
+// Result is what Complete kept under key, if the key is live and not
+// confirmed since. It never fails.
+func (s *InMemoryIdempotencyStore) Result(_ context.Context, key string) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.keys[key]
+	if !ok || e.result == nil || !s.now().Before(e.expires) {
+		return nil, false, nil
+	}
+	return e.result, true, nil
 }
 
 // Forget gives up a live, unconfirmed claim on key. A confirmation is never

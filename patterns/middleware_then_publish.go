@@ -14,10 +14,14 @@ import (
 // message is published mandatory with the correlation carried forward and
 // the causation recorded, and the input is accepted only once the broker
 // has confirmed it, so a destination nothing is bound to retries the input
-// rather than being dropped. fn returning nil publishes nothing and
-// accepts: how a step says "this one does not continue" without inventing
-// an empty message. An error from fn retries, one wrapped with
-// broker.Fatal gives up; a payload that cannot be encoded gives up too.
+// rather than being dropped. fn returning End (or nil) publishes nothing
+// and accepts: how a step says "this one does not continue" without
+// inventing an empty message. An error from fn retries, one wrapped with
+// broker.Fatal gives up; a payload that cannot be encoded gives up too, as
+// does a typed nil (ErrNilResult). Errors are *StepError and *HopError, as
+// FollowSlip's; under Idempotent with a ResultStore the message is kept
+// before it is sent, so a redelivery sends it again rather than running fn
+// twice.
 //
 // ThenPublish refuses a nil connection or fn, and publish options that do
 // not validate, with an error.
@@ -34,20 +38,24 @@ func ThenPublish(conn *broker.Conn, fn StepFunc, to ...broker.PublishOption) (br
 		return nil, fmt.Errorf("then publish: %w", err)
 	}
 	return func(ctx context.Context, m *broker.Message) broker.Ack {
+		if ack, ok := resent(ctx, conn, ""); ok {
+			return ack
+		}
 		payload, err := fn(ctx, m)
 		if err != nil {
-			return slipFailed(err)
+			return stepFailed("", err)
 		}
-		if payload == nil {
+		end, err := ending(payload)
+		if err != nil {
+			return stepFailed("", broker.Fatal(err))
+		}
+		if end {
 			return broker.Accept()
 		}
 		out, err := conn.Prepare(ctx, payload, append(opts, broker.CausedBy(m))...)
 		if err != nil {
-			return broker.Reject(broker.Fatal(fmt.Errorf("then publish: %w", err)))
+			return broker.Reject(broker.Fatal(&HopError{To: "the destination", Err: err}))
 		}
-		if err := conn.Send(ctx, out); err != nil {
-			return broker.Retry(fmt.Errorf("then publish: %w", err))
-		}
-		return broker.Accept()
+		return onward(ctx, conn, "", out)
 	}, nil
 }

@@ -34,7 +34,14 @@ func (s SlipStep) String() string { return s.Name }
 type RoutingSlip struct {
 	itinerary []SlipStep
 	done      []SlipStep
-	err       error
+	// rawItinerary and rawDone are, for a slip read from a message, each
+	// step exactly as it arrived (nil for a step changed or added since):
+	// a slip passed on is written back as it came, never inflated with
+	// fields its writer left out (a 114 KB slip rewritten in full once grew
+	// to 270 KB and no longer fitted in a frame).
+	rawItinerary []json.RawMessage
+	rawDone      []json.RawMessage
+	err          error
 }
 
 // NewRoutingSlip returns an empty slip to build with Step.
@@ -78,16 +85,27 @@ func (s *RoutingSlip) Advance(at time.Time) *RoutingSlip {
 	step.At = at
 	out.done = append(out.done, step)
 	out.itinerary = out.itinerary[1:]
+	if out.rawItinerary != nil {
+		// The step now done gains its time, so it is written afresh.
+		out.rawDone = append(out.rawDone, nil)
+		out.rawItinerary = out.rawItinerary[1:]
+	}
 	return out
 }
 
 func (s *RoutingSlip) clone() *RoutingSlip {
 	return &RoutingSlip{
-		itinerary: append([]SlipStep(nil), s.itinerary...),
-		done:      append([]SlipStep(nil), s.done...),
-		err:       s.err,
+		itinerary:    append([]SlipStep(nil), s.itinerary...),
+		done:         append([]SlipStep(nil), s.done...),
+		rawItinerary: append([]json.RawMessage(nil), s.rawItinerary...),
+		rawDone:      append([]json.RawMessage(nil), s.rawDone...),
+		err:          s.err,
 	}
 }
+
+// forgetRaw drops what the slip remembers of how its steps arrived: for a
+// slip whose steps were changed (resolved against a pipeline).
+func (s *RoutingSlip) forgetRaw() { s.rawItinerary, s.rawDone = nil, nil }
 
 // Done is the steps completed so far, in order (a copy).
 func (s *RoutingSlip) Done() []SlipStep { return append([]SlipStep(nil), s.done...) }
@@ -140,32 +158,76 @@ type slipWireStep struct {
 
 // MarshalJSON writes the slip as the acemq-routing-slip header carries it,
 // `at` in epoch milliseconds on the done steps (0 for a step whose time is
-// not known, one that was read from x-acemq-route).
+// not known, one that was read from x-acemq-route). A step of a slip read
+// from a message is written back exactly as it arrived, unless it changed.
 func (s *RoutingSlip) MarshalJSON() ([]byte, error) {
-	w := slipWire{Itinerary: make([]slipWireStep, len(s.itinerary)), Done: make([]slipWireStep, len(s.done))}
+	w := slipWireRaw{Itinerary: make([]json.RawMessage, len(s.itinerary)), Done: make([]json.RawMessage, len(s.done))}
 	for i, st := range s.itinerary {
-		w.Itinerary[i] = slipWireStep{Name: st.Name, Exchange: st.Exchange, RoutingKey: st.RoutingKey}
+		if raw := rawAt(s.rawItinerary, i); raw != nil {
+			w.Itinerary[i] = raw
+			continue
+		}
+		b, err := json.Marshal(slipWireStep{Name: st.Name, Exchange: st.Exchange, RoutingKey: st.RoutingKey})
+		if err != nil {
+			return nil, err
+		}
+		w.Itinerary[i] = b
 	}
 	for i, st := range s.done {
+		if raw := rawAt(s.rawDone, i); raw != nil {
+			w.Done[i] = raw
+			continue
+		}
 		// A step read from x-acemq-route has no finishing time; 0 says so.
 		var at int64
 		if !st.At.IsZero() {
 			at = st.At.UnixMilli()
 		}
-		w.Done[i] = slipWireStep{Name: st.Name, Exchange: st.Exchange, RoutingKey: st.RoutingKey, At: &at}
+		b, err := json.Marshal(slipWireStep{Name: st.Name, Exchange: st.Exchange, RoutingKey: st.RoutingKey, At: &at})
+		if err != nil {
+			return nil, err
+		}
+		w.Done[i] = b
 	}
 	return json.Marshal(w)
+}
+
+// slipWireRaw is slipWire with each step already encoded.
+type slipWireRaw struct {
+	Itinerary []json.RawMessage `json:"itinerary"`
+	Done      []json.RawMessage `json:"done"`
+}
+
+func rawAt(raw []json.RawMessage, i int) json.RawMessage {
+	if i < len(raw) {
+		return raw[i]
+	}
+	return nil
 }
 
 // UnmarshalJSON reads the acemq-routing-slip JSON any AceMQ library
 // writes. A step without a routing key, or done without `at`, is refused
 // with an error matching ErrInvalidSlip.
 func (s *RoutingSlip) UnmarshalJSON(data []byte) error {
-	var w slipWire
-	if err := json.Unmarshal(data, &w); err != nil {
+	var raw slipWireRaw
+	if err := json.Unmarshal(data, &raw); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidSlip, err)
 	}
-	out := RoutingSlip{itinerary: make([]SlipStep, len(w.Itinerary)), done: make([]SlipStep, len(w.Done))}
+	w := slipWire{Itinerary: make([]slipWireStep, len(raw.Itinerary)), Done: make([]slipWireStep, len(raw.Done))}
+	for i, r := range raw.Itinerary {
+		if err := json.Unmarshal(r, &w.Itinerary[i]); err != nil {
+			return fmt.Errorf("%w: itinerary step %d: %v", ErrInvalidSlip, i, err)
+		}
+	}
+	for i, r := range raw.Done {
+		if err := json.Unmarshal(r, &w.Done[i]); err != nil {
+			return fmt.Errorf("%w: done step %d: %v", ErrInvalidSlip, i, err)
+		}
+	}
+	out := RoutingSlip{
+		itinerary: make([]SlipStep, len(w.Itinerary)), done: make([]SlipStep, len(w.Done)),
+		rawItinerary: raw.Itinerary, rawDone: raw.Done,
+	}
 	for i, st := range w.Itinerary {
 		if st.RoutingKey == "" {
 			return fmt.Errorf("%w: itinerary step %d (%q) has no routing key", ErrInvalidSlip, i, st.Name)

@@ -3,7 +3,6 @@ package patterns
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,9 +10,11 @@ import (
 )
 
 // StepFunc is the work of one step of a slip, a pipeline or a
-// ThenPublish: it returns the payload to send on, or an untyped nil to
-// send nothing. An error retries the message, as broker.Func does; one
-// wrapped with broker.Fatal gives it up at once.
+// ThenPublish: it returns the payload to send on, or End (an untyped nil
+// reads the same) to send nothing and end the run there. An error retries
+// the message, as broker.Func does; one wrapped with broker.Fatal gives it
+// up at once. A typed nil is given up with ErrNilResult rather than sent
+// as null.
 type StepFunc func(ctx context.Context, m *broker.Message) (any, error)
 
 // FollowOption configures FollowSlip and Pipeline.Follow.
@@ -64,12 +65,20 @@ type slipFollower struct {
 // retries the step rather than being dropped, which is why a step that
 // changes anything should be idempotent.
 //
-// step returning nil ends the run at this step (counted ended_early on a
-// pipeline) and the message is accepted; at the last step the run is
-// completed whatever step returns. A slip that will not parse, a message
-// carrying no slip, a route with no pipeline to resolve it (ErrNoPipeline)
-// and a route naming a step the pipeline lacks (ErrUnknownStep) are given
-// up at once, before step runs: none of them can succeed on a retry.
+// step returning End (or nil) ends the run at this step (counted
+// ended_early on a pipeline) and the message is accepted; at the last step
+// the run is completed whatever step returns. A slip that will not parse,
+// a message carrying no slip, a route with no pipeline to resolve it
+// (ErrNoPipeline) and a route naming a step the pipeline lacks
+// (ErrUnknownStep) are given up at once, before step runs: none of them
+// can succeed on a retry.
+//
+// The Ack's error tells the step's failure (*StepError) from a failure to
+// pass its result on (*HopError). Under Idempotent with a ResultStore the
+// next message is kept under the key before it is sent, so a redelivery
+// after a lost confirm sends it again, with the same message id, and never
+// runs the step twice. A slip is passed on as it arrived: its steps are
+// not rewritten, only the one just done gains its time.
 //
 // FollowSlip refuses a nil connection or step, and invalid options, with
 // an error matching broker.ErrInvalidOption.
@@ -109,6 +118,9 @@ func (f *slipFollower) handle(ctx context.Context, m *broker.Message) broker.Ack
 		form = arrived
 	}
 	current, _ := slip.NextStep()
+	if ack, ok := resent(ctx, f.conn, current.Name); ok {
+		return ack
+	}
 	// Resolve the onward route before the step runs: a hop that can never
 	// be published must not cost the step's side effects first.
 	if slip, err = f.resolve(slip, arrived, form); err != nil {
@@ -116,34 +128,27 @@ func (f *slipFollower) handle(ctx context.Context, m *broker.Message) broker.Ack
 	}
 	payload, err := f.step(ctx, m)
 	if err != nil {
-		return slipFailed(err)
+		return stepFailed(current.Name, err)
+	}
+	end, err := ending(payload)
+	if err != nil {
+		return stepFailed(current.Name, broker.Fatal(err))
 	}
 	next := slip.Advance(time.Now())
 	if next.Finished() {
 		f.left(ctx, m, current.Name, PipelineCompleted)
 		return broker.Accept()
 	}
-	if payload == nil {
+	if end {
 		f.left(ctx, m, current.Name, PipelineEndedEarly)
 		return broker.Accept()
 	}
+	to, _ := next.NextStep()
 	out, err := f.hop(ctx, m, next, form, payload)
 	if err != nil {
-		return broker.Reject(broker.Fatal(fmt.Errorf("follow slip: the hop after %q cannot be built: %w", current.Name, err)))
+		return broker.Reject(broker.Fatal(&HopError{Step: current.Name, To: fmt.Sprintf("step %q", to.Name), Err: err}))
 	}
-	if err := f.conn.Send(ctx, out); err != nil {
-		return broker.Retry(fmt.Errorf("follow slip: hop from %q: %w", current.Name, err))
-	}
-	return broker.Accept()
-}
-
-// slipFailed turns a step's error into the ack broker.Func would give it.
-func slipFailed(err error) broker.Ack {
-	var fatal *broker.FatalError
-	if errors.As(err, &fatal) {
-		return broker.Reject(err)
-	}
-	return broker.Retry(err)
+	return onward(ctx, f.conn, current.Name, out)
 }
 
 // resolve checks that slip can be written onward in form. Anything but
@@ -159,6 +164,7 @@ func (f *slipFollower) resolve(slip *RoutingSlip, arrived, form Form) (*RoutingS
 		return nil, ErrNoPipeline
 	}
 	out := slip.clone()
+	out.forgetRaw()
 	for _, steps := range [][]SlipStep{out.done, out.itinerary} {
 		for i := range steps {
 			if !p.Has(steps[i].Name) {

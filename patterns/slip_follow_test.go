@@ -142,8 +142,14 @@ func TestSlipHopToUnboundRetries(t *testing.T) {
 		ex := h.Exchange("slip")
 		first, second := h.Queue("first"), h.Queue("later")
 		h.Bind(first, ex, "first")
-		attempts := slipStage(t, conn, first, func(context.Context, *broker.Message) (any, error) { return "on", nil })
-		_, err := patterns.NewRoutingSlip().Step("first", ex, "first").Step("second", ex, "second").Start(ctx, conn, "go")
+		attempts := make(chan *broker.Message, 16)
+		step, err := patterns.FollowSlip(conn, func(_ context.Context, m *broker.Message) (any, error) { attempts <- m; return "on", nil })
+		require.NoError(t, err)
+		// A second apart, so that the retries are not spent before the
+		// next stop is bound.
+		_, err = conn.Consume(ctx, first, step, broker.WithRetry(broker.Constant(10, time.Second)))
+		require.NoError(t, err)
+		_, err = patterns.NewRoutingSlip().Step("first", ex, "first").Step("second", ex, "second").Start(ctx, conn, "go")
 		require.NoError(t, err)
 		require.Equal(t, 1, brokertest.Next(t, attempts, 10*time.Second).Attempt)
 		require.Equal(t, 2, brokertest.Next(t, attempts, 10*time.Second).Attempt, "the unroutable hop retried the step")

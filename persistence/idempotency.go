@@ -43,8 +43,9 @@ type SQLIdempotencyStoreConfig struct {
 // consumer that dies mid-handler costs that message one lease, not the
 // message; Confirm holds a key for Retention once its work is done.
 //
-// It implements patterns.IdempotencyStore, patterns.Claimer and
-// patterns.Confirmer. Nothing on the message path deletes anything: run
+// It implements patterns.IdempotencyStore, patterns.Claimer,
+// patterns.Confirmer and patterns.ResultStore (a kept result lives in the
+// key's row until Confirm clears it). Nothing on the message path deletes anything: run
 // PurgeExpired on a schedule (hourly is ample). Keys are stored as bytes,
 // exactly as given. A store instance is one holder: Forget gives up only
 // this instance's own live claim, so give each consumer process its own
@@ -155,6 +156,30 @@ func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
 	return nil
 }
 
+// Complete records that key's work was done, as Confirm does, and keeps
+// result in its row until Confirm.
+func (s *SQLIdempotencyStore) Complete(ctx context.Context, key string, result []byte) error {
+	_, err := s.db.Exec(ctx, s.sql.complete, []byte(key), s.holder, s.retention.Seconds(), result)
+	if err != nil {
+		return fmt.Errorf("idempotency %s: complete: %w", s.t.Idempotency, err)
+	}
+	return nil
+}
+
+// Result is what Complete kept under key, while the key is live and not
+// confirmed since.
+func (s *SQLIdempotencyStore) Result(ctx context.Context, key string) ([]byte, bool, error) {
+	var result []byte
+	err := s.db.QueryRow(ctx, s.sql.result, []byte(key)).Scan(&result)
+	switch {
+	case err != nil && isNoRows(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("idempotency %s: result: %w", s.t.Idempotency, err)
+	}
+	return result, true, nil
+}
+
 // Forget gives up this store's own live claim on key, so a retry can run.
 // It never removes a confirmation (that would undo work that was done) nor
 // another holder's claim (that would put two consumers on one message).
@@ -188,7 +213,7 @@ func (s *SQLIdempotencyStore) PurgeExpired(ctx context.Context) (int64, error) {
 // (rendering builds a strings.Replacer, which cost more Go time than the
 // rest of a claim did).
 type idemStatements struct {
-	claim, look, confirm, forget, purge string
+	claim, look, confirm, complete, result, forget, purge string
 }
 
 func renderIdemStatements(t Tables) idemStatements {
@@ -205,7 +230,15 @@ func renderIdemStatements(t Tables) idemStatements {
 			INSERT INTO {{idempotency}} (key, state, holder, expires_at)
 			VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second')
 			ON CONFLICT (key) DO UPDATE
-			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at`),
+			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = NULL`),
+		complete: t.render(`
+			INSERT INTO {{idempotency}} (key, state, holder, expires_at, result)
+			VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second', $4)
+			ON CONFLICT (key) DO UPDATE
+			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = EXCLUDED.result`),
+		result: t.render(`
+			SELECT result FROM {{idempotency}}
+			WHERE key = $1 AND state = 'confirmed' AND expires_at > now() AND result IS NOT NULL`),
 		forget: t.render(`
 			DELETE FROM {{idempotency}}
 			WHERE key = $1 AND state = 'claimed' AND holder = $2 AND expires_at > now()`),

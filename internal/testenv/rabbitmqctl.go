@@ -2,8 +2,10 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,4 +50,44 @@ func CloseConnection(tb testing.TB, local net.Addr) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// CloseConnections force-closes, from the broker side and in one
+// rabbitmqctl call, every connection whose client end is one of locals, as
+// CloseConnection does for one: a fault injected into exactly this test's
+// connections, however many, without touching anybody else's. It returns
+// how many it closed and fails the test when rabbitmqctl fails.
+func CloseConnections(tb testing.TB, locals ...net.Addr) int {
+	tb.Helper()
+	prefixes := make([]string, 0, len(locals))
+	for _, l := range locals {
+		if l != nil {
+			prefixes = append(prefixes, fmt.Sprintf("%q", l.String()+" -> "))
+		}
+	}
+	if len(prefixes) == 0 {
+		return 0
+	}
+	// The connection's name is "<client> -> <server>"; close those whose
+	// name starts with one of ours. A connection going away as we look is
+	// skipped rather than failing the whole call.
+	code := `Prefixes = [` + strings.Join(prefixes, ",") + `],
+Mine = fun(P) ->
+    case catch rabbit_networking:connection_info(P, [name]) of
+        [{name, N}] -> lists:any(fun(Pre) -> lists:prefix(Pre, binary_to_list(N)) end, Prefixes);
+        _ -> false
+    end
+end,
+length([rabbit_networking:close_connection(P, "test") || P <- rabbit_networking:connections(), Mine(P)]).`
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "eval", code).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("rabbitmqctl eval (close connections): %v\n%s", err, out)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		tb.Fatalf("rabbitmqctl eval (close connections) printed %q", out)
+	}
+	return n
 }

@@ -3,6 +3,7 @@ module github.com/acemq/acemq-flow
 go 1.26.0
 
 require (
+	github.com/expr-lang/expr v1.17.8
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/spf13/cobra v1.10.2

@@ -1,0 +1,379 @@
+package dsl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// Part is what a flow is built from: steps (Step, External), delays
+// (Delay, DelayUntil) and the flow's own settings (Example,
+// HoldForReplay, Itinerary, WithCodec).
+type Part interface{ part() }
+
+// stepPart is a step of any payload types.
+type stepPart interface {
+	Part
+	stepSpec() (StepSpec, error)
+}
+
+// FlowDef is a flow as built by Flow: its steps and settings, or the first
+// thing wrong with them (Err). It is immutable once built and safe to
+// share.
+type FlowDef struct {
+	name      string
+	steps     []StepSpec
+	example   any
+	hasEx     bool
+	hold      time.Duration
+	itinerary *itinerary
+	codec     Codec
+	err       error
+}
+
+// CompensateQueueInfix names the queues of a flow's compensations,
+// <flow>.compensate.<step>; no step may be called "compensate".
+const CompensateQueueInfix = "compensate"
+
+var (
+	flowName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+	stepName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+)
+
+// Flow builds a flow called name from parts, in order, and validates it.
+// A flow that cannot be built keeps its first error, which Err returns and
+// engine.Register refuses; the name is letters, digits, '.', '-' and '_'.
+// See the package documentation for what is checked.
+func Flow(name string, parts ...Part) *FlowDef {
+	f := &FlowDef{name: name}
+	f.err = f.build(parts)
+	return f
+}
+
+func (f *FlowDef) fail(step string, format string, args ...any) error {
+	return &BuildError{Flow: f.name, Step: step, Err: fmt.Errorf(format, args...)}
+}
+
+func (f *FlowDef) build(parts []Part) error {
+	if !flowName.MatchString(f.name) {
+		return f.fail("", "the name %q is not letters, digits, '.', '-' and '_' (at most 100)", f.name)
+	}
+	var (
+		delay     *delayPart
+		delayStep int
+		examples  []any
+	)
+	for _, p := range parts {
+		switch p := p.(type) {
+		case nil:
+			return f.fail("", "a nil part after %d steps", len(f.steps))
+		case stepPart:
+			spec, err := p.stepSpec()
+			if err != nil {
+				return f.fail(spec.Name, "%w", err)
+			}
+			if delay != nil {
+				spec.Delay, spec.delayUntilSrc = delay.d, delay.until
+				delay = nil
+			}
+			f.steps = append(f.steps, spec)
+		case *delayPart:
+			if delay != nil {
+				return f.fail("", "two delays in a row after %s", f.lastStep())
+			}
+			if p.err != nil {
+				return f.fail("", "delay after %s: %w", f.lastStep(), p.err)
+			}
+			delay, delayStep = p, len(f.steps)
+		case *settingPart:
+			if p.err != nil {
+				return f.fail("", "%w", p.err)
+			}
+			p.apply(f)
+			if p.example {
+				examples = append(examples, f.example)
+			}
+		default:
+			return f.fail("", "unknown part %T", p)
+		}
+	}
+	if delay != nil {
+		return f.fail("", "a delay after %s with nothing after it", stepAt(f.steps, delayStep-1))
+	}
+	if len(f.steps) == 0 {
+		return f.fail("", "no steps")
+	}
+	if len(examples) > 1 {
+		return f.fail("", "two examples")
+	}
+	if f.codec == nil {
+		f.codec = jsonCodec{}
+	}
+	return f.check()
+}
+
+func (f *FlowDef) lastStep() string { return stepAt(f.steps, len(f.steps)-1) }
+
+func stepAt(steps []StepSpec, i int) string {
+	if i < 0 {
+		return "the start"
+	}
+	return fmt.Sprintf("step %q", steps[i].Name)
+}
+
+// check validates the steps as a whole: names, types along the chain,
+// expressions and what an External step or an itinerary rules out.
+func (f *FlowDef) check() error {
+	if f.steps[0].External && f.itinerary == nil {
+		return f.fail(f.steps[0].Name, "the first step cannot be External: a run starts in this flow")
+	}
+	for i := range f.steps {
+		s := &f.steps[i]
+		switch {
+		case !stepName.MatchString(s.Name):
+			return f.fail(s.Name, "the name is not letters, digits, '-' and '_' (at most 64)")
+		case s.Name == CompensateQueueInfix:
+			return f.fail(s.Name, "%q is reserved for the flow's compensation queues", CompensateQueueInfix)
+		case slices.IndexFunc(f.steps[:i], func(o StepSpec) bool { return o.Name == s.Name }) >= 0:
+			return f.fail(s.Name, "named twice")
+		}
+		if i > 0 && f.steps[i-1].External && (s.whenSrc != "" || s.Delay > 0 || s.delayUntilSrc != "") {
+			return f.fail(s.Name, "a When or a delay after External step %q: the other service makes that hop and knows nothing of them", f.steps[i-1].Name)
+		}
+		if f.itinerary != nil {
+			if s.whenSrc != "" || s.Delay > 0 || s.delayUntilSrc != "" {
+				return f.fail(s.Name, "a When or a delay in a flow with an Itinerary: the itinerary decides each run's route")
+			}
+			if !s.External && (!fits(f.itinerary.in, s.In) || !fits(s.Out, f.itinerary.in)) {
+				return f.fail(s.Name, "takes %s and returns %s; every step of an itinerary flow takes and returns %s, since a run may visit them in any order",
+					s.In, s.Out, f.itinerary.in)
+			}
+		}
+		if err := f.compile(i); err != nil {
+			return err
+		}
+	}
+	if f.itinerary == nil {
+		if err := f.checkChain(); err != nil {
+			return err
+		}
+	}
+	if f.hasEx {
+		if in := f.Input(); in != nil && f.example != nil && !reflect.TypeOf(f.example).AssignableTo(in) {
+			return f.fail("", "the example is a %T, but the flow takes %s", f.example, in)
+		}
+	}
+	return nil
+}
+
+// checkChain checks that each step takes what the one before it returns.
+func (f *FlowDef) checkChain() error {
+	var prev reflect.Type
+	for i, s := range f.steps {
+		if s.When != nil && !fits(s.Out, s.In) {
+			return f.fail(s.Name, "has a When but returns %s for a %s: a skipped step passes its payload on unchanged, so it must return what it takes", s.Out, s.In)
+		}
+		if i > 0 && !f.steps[i-1].External && !s.External && !fits(prev, s.In) {
+			return f.fail(s.Name, "takes %s, but step %q before it returns %s", s.In, f.steps[i-1].Name, prev)
+		}
+		prev = s.Out
+	}
+	return nil
+}
+
+// compile compiles step i's expressions against the payload it takes.
+func (f *FlowDef) compile(i int) error {
+	s := &f.steps[i]
+	var err error
+	if s.whenSrc != "" {
+		if s.When, err = compileExpr(s.whenSrc, s.In, exprBool); err != nil {
+			return f.fail(s.Name, "When %w", err)
+		}
+	}
+	if s.delayUntilSrc != "" {
+		if s.DelayUntil, err = compileExpr(s.delayUntilSrc, s.In, exprTime); err != nil {
+			return f.fail(s.Name, "DelayUntil before it: %w", err)
+		}
+	}
+	if s.orderSrc != "" {
+		if s.OrderKey, err = compileExpr(s.orderSrc, s.In, exprString); err != nil {
+			return f.fail(s.Name, "OrderedBy %w", err)
+		}
+	}
+	return nil
+}
+
+// fits reports whether a payload of type from can be read as to: the same
+// type, or either side untyped (an interface, json.RawMessage).
+func fits(from, to reflect.Type) bool {
+	if from == to {
+		return true
+	}
+	raw := reflect.TypeFor[json.RawMessage]()
+	return from.Kind() == reflect.Interface || to.Kind() == reflect.Interface || from == raw || to == raw
+}
+
+// Err is why the flow cannot be built (a *BuildError matching
+// ErrInvalidFlow), or nil.
+func (f *FlowDef) Err() error { return f.err }
+
+// Name is the flow's name: its exchange, and the prefix of its queues.
+func (f *FlowDef) Name() string { return f.name }
+
+// Steps is the flow's steps in order (a copy).
+func (f *FlowDef) Steps() []StepSpec { return slices.Clone(f.steps) }
+
+// Input is the type a run of the flow starts with: what its first step
+// (or its itinerary) takes. Nil for a flow that was not built.
+func (f *FlowDef) Input() reflect.Type {
+	switch {
+	case f.itinerary != nil:
+		return f.itinerary.in
+	case len(f.steps) > 0:
+		return f.steps[0].In
+	}
+	return nil
+}
+
+// Example is the payload set with Example, for a person starting a run by
+// hand, and whether there is one.
+func (f *FlowDef) Example() (any, bool) { return f.example, f.hasEx }
+
+// HoldForReplay is how long a failed run waits for a replay before it is
+// compensated (0: compensated at once).
+func (f *FlowDef) HoldForReplay() time.Duration { return f.hold }
+
+// Codec is the flow's payload codec (JSON unless WithCodec said otherwise).
+func (f *FlowDef) Codec() Codec { return f.codec }
+
+// HasItinerary reports whether each run's route is chosen when it starts
+// (Itinerary) rather than fixed.
+func (f *FlowDef) HasItinerary() bool { return f.itinerary != nil }
+
+// Route is the steps a run with input in visits, in order: the
+// itinerary's choice for an itinerary flow, which must name steps of the
+// flow; every step for a fixed one.
+func (f *FlowDef) Route(ctx context.Context, decode func(any) error) ([]string, error) {
+	if f.itinerary == nil {
+		names := make([]string, len(f.steps))
+		for i, s := range f.steps {
+			names[i] = s.Name
+		}
+		return names, nil
+	}
+	route, err := f.itinerary.fn(ctx, decode)
+	if err != nil {
+		return nil, err
+	}
+	if len(route) == 0 {
+		return nil, fmt.Errorf("flow %q: the itinerary chose no steps", f.name)
+	}
+	for _, name := range route {
+		if !slices.ContainsFunc(f.steps, func(s StepSpec) bool { return s.Name == name }) {
+			return nil, fmt.Errorf("flow %q: the itinerary chose %q, which is not one of its steps", f.name, name)
+		}
+	}
+	return route, nil
+}
+
+// delayPart holds the hop into the next step back.
+type delayPart struct {
+	d     time.Duration
+	until string
+	err   error
+}
+
+func (*delayPart) part() {}
+
+// Delay holds every run d on the scheduler ladder before the step that
+// follows it: the run shows as waiting until then. d must be at least a
+// second, the ladder's accuracy.
+func Delay(d time.Duration) Part {
+	if d < time.Second {
+		return &delayPart{err: fmt.Errorf("delay %s, want at least 1s (the scheduler ladder's shortest rung)", d)}
+	}
+	return &delayPart{d: d}
+}
+
+// DelayUntil holds each run until the time expr gives on the payload
+// going into the next step (a time.Time field, or an RFC 3339 string:
+// payload.ship_at). A time already past does not hold the run at all.
+func DelayUntil(expr string) Part {
+	if expr == "" {
+		return &delayPart{err: errors.New("DelayUntil with no expression")}
+	}
+	return &delayPart{until: expr}
+}
+
+// settingPart sets something of the flow as a whole.
+type settingPart struct {
+	apply   func(*FlowDef)
+	example bool
+	err     error
+}
+
+func (*settingPart) part() {}
+
+// Example sets a payload of the flow's input type that shows a person how
+// to start a run (acemq-flow flows show prints it). Every shipped flow has
+// one.
+func Example(v any) Part {
+	return &settingPart{example: true, apply: func(f *FlowDef) { f.example, f.hasEx = v, true }}
+}
+
+// HoldForReplay keeps a failed run that has compensations waiting as
+// failed for d (a timer on the ladder, no polling) before compensating it,
+// so that an operator can replay it instead: a replayed run is not
+// compensated. Without it a failed run compensates at once.
+func HoldForReplay(d time.Duration) Part {
+	if d < time.Second {
+		return &settingPart{err: fmt.Errorf("HoldForReplay %s, want at least 1s", d)}
+	}
+	return &settingPart{apply: func(f *FlowDef) { f.hold = d }}
+}
+
+// WithCodec sets the codec the flow's payloads travel in (default JSON).
+// Expressions read payloads through their JSON form whatever the codec.
+func WithCodec(c Codec) Part {
+	if c == nil {
+		return &settingPart{err: errors.New("nil codec")}
+	}
+	return &settingPart{apply: func(f *FlowDef) { f.codec = c }}
+}
+
+type itinerary struct {
+	in reflect.Type
+	fn func(ctx context.Context, decode func(any) error) ([]string, error)
+}
+
+// Itinerary makes the flow's route a per-run choice: when a run starts, fn
+// gets its input and names the steps it visits, in order, from the flow's
+// steps. The run then travels as a routing slip (acemq-routing-slip).
+// Every step of such a flow takes and returns In, and none has a When or
+// a delay: the itinerary decides.
+func Itinerary[In any](fn func(context.Context, In) ([]string, error)) Part {
+	if fn == nil {
+		return &settingPart{err: errors.New("nil itinerary")}
+	}
+	it := &itinerary{in: reflect.TypeFor[In](), fn: func(ctx context.Context, decode func(any) error) ([]string, error) {
+		var in In
+		if err := decode(&in); err != nil {
+			return nil, err
+		}
+		return fn(ctx, in)
+	}}
+	return &settingPart{apply: func(f *FlowDef) { f.itinerary = it }}
+}
+
+// jsonCodec is the default codec, encoding/json as application/json (the
+// same bytes and content type as broker.JSON).
+type jsonCodec struct{}
+
+func (jsonCodec) ContentType() string          { return "application/json" }
+func (jsonCodec) Encode(v any) ([]byte, error) { return json.Marshal(v) }
+func (jsonCodec) Decode(b []byte, v any) error { return json.Unmarshal(b, v) }

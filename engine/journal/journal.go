@@ -1,0 +1,223 @@
+// Package journal is the run journal's interface and its in-memory form:
+// every run of a flow (its status, where it is, its input and last error)
+// and its timeline (every step attempt, skip, delay, compensation and
+// replay). The engine writes it through a [Writer], off the hot path in
+// batches; package persistence implements it on PostgreSQL. One
+// conformance suite (journaltest) runs against every implementation.
+//
+// # How events become a run
+//
+// A run is not written directly: the engine records [Event]s and each
+// implementation applies them by the same rules, so that they give the
+// same runs whatever order the batches of several workers arrive in.
+//
+//   - An event is one entry of its run's timeline, identified by its Key:
+//     recording the same key again (a step redelivered after a crash)
+//     replaces the entry rather than adding one.
+//   - An event with a Status changes the run only if its Seq is not below
+//     the Seq the run already shows: a late batch never takes a run back.
+//     [Seq] orders a run's events: by replay, then by where in the run,
+//     then by attempt.
+//   - The first event of a run creates it; a start event sets its input.
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrRunNotFound: the journal has no run with that id.
+var ErrRunNotFound = errors.New("run not found")
+
+// Status is where a run stands.
+type Status string
+
+// The statuses of a run.
+const (
+	// Running: a step is about to run, running, or being retried.
+	Running Status = "running"
+	// Waiting: held on the scheduler ladder until its DueAt (a delayed
+	// start or a delay before a step).
+	Waiting Status = "waiting"
+	// Completed: its last step completed.
+	Completed Status = "completed"
+	// Ended: a step ended it early on purpose (dsl.End).
+	Ended Status = "ended"
+	// Failed: a step was given up; its message is in DeadLetter, to be
+	// replayed. A run held for replay shows its hold's end in DueAt.
+	Failed Status = "failed"
+	// Compensating: the completed steps are being undone.
+	Compensating Status = "compensating"
+	// Compensated: every completed step with a compensation was undone.
+	Compensated Status = "compensated"
+	// Unresolved: a compensation was given up: a real effect happened, was
+	// meant to be undone, and was not. A person has to look.
+	Unresolved Status = "unresolved"
+	// Cancelled: an operator cancelled it while it waited.
+	Cancelled Status = "cancelled"
+)
+
+// Statuses lists every status, in the order a person reads them.
+func Statuses() []Status {
+	return []Status{Running, Waiting, Completed, Ended, Failed, Compensating, Compensated, Unresolved, Cancelled}
+}
+
+// Valid reports whether s is one of the statuses.
+func (s Status) Valid() bool {
+	for _, v := range Statuses() {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Stopped reports whether a run in status s is not moving: finished for
+// good, or failed and waiting for a person. Its EndedAt is set.
+func (s Status) Stopped() bool {
+	switch s {
+	case Completed, Ended, Failed, Compensated, Unresolved, Cancelled:
+		return true
+	}
+	return false
+}
+
+// Kind is what an event records.
+type Kind string
+
+// The kinds of event.
+const (
+	KindStart        Kind = "start"
+	KindStep         Kind = "step"
+	KindSkip         Kind = "skip"
+	KindDelay        Kind = "delay"
+	KindHandOff      Kind = "handoff"
+	KindCompensation Kind = "compensation"
+	KindReplay       Kind = "replay"
+	KindCancel       Kind = "cancel"
+)
+
+// MaxErrorLen bounds the error text a journal keeps, in bytes: a step that
+// fails with a stack trace or a whole response body must not make every
+// run row that large.
+const MaxErrorLen = 2048
+
+// Run is one run of a flow as the journal knows it.
+type Run struct {
+	ID     string `json:"run_id"`
+	Flow   string `json:"flow"`
+	Status Status `json:"status"`
+	// Step is where the run is, or where it stopped.
+	Step string `json:"step"`
+	// Input is the payload the run started with.
+	Input json.RawMessage `json:"input,omitempty"`
+	// Error is why the run last failed or was retried ("" once it moved on).
+	Error     string     `json:"error"`
+	StartedAt time.Time  `json:"started_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	EndedAt   *time.Time `json:"ended_at"`
+	// DueAt is when a waiting run goes on, or when a failed run held for
+	// replay is compensated.
+	DueAt *time.Time `json:"due_at,omitempty"`
+	// DeadLetter is the queue holding a failed run's given-up message.
+	DeadLetter string `json:"dead_letter,omitempty"`
+	// Replays is how many times the run was replayed.
+	Replays int `json:"replays"`
+	// Seq is the Seq of the last event that changed the run.
+	Seq int64 `json:"-"`
+}
+
+// Event is one entry of a run's timeline, and what it changes about the
+// run. Zero values of the change fields change nothing.
+type Event struct {
+	RunID string `json:"-"`
+	Flow  string `json:"-"`
+	// Key identifies the entry within its run: recording a key again
+	// replaces its entry.
+	Key string `json:"-"`
+	// Seq orders the run's events (see Seq).
+	Seq       int64      `json:"-"`
+	Kind      Kind       `json:"kind"`
+	Step      string     `json:"step"`
+	Attempt   int        `json:"attempt"`
+	Outcome   string     `json:"outcome"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   time.Time  `json:"ended_at"`
+	Error     string     `json:"error,omitempty"`
+	Queue     string     `json:"queue,omitempty"`
+	DueAt     *time.Time `json:"due_at,omitempty"`
+
+	// Status, when set, is the run's status after this event; RunStep is
+	// then where the run is (or stopped) and Replays how often it was
+	// replayed. Error is the run's error too.
+	Status  Status `json:"-"`
+	RunStep string `json:"-"`
+	Replays int    `json:"-"`
+	// Input is the run's input, on its start event.
+	Input json.RawMessage `json:"-"`
+	// DeadLetter is the queue holding the message of a failed run.
+	DeadLetter string `json:"-"`
+}
+
+// Seq orders a run's events: every event of a later replay after every
+// earlier one; within a replay, by stage (0 the start, position+1 a step of
+// the route, CompensationStage+k the k-th compensation), then attempt,
+// then phase (what happened first within one attempt).
+func Seq(replays, stage, attempt, phase int) int64 {
+	return int64(replays)<<48 | int64(stage&0xffffff)<<24 | int64(attempt&0xfffff)<<4 | int64(phase&0xf)
+}
+
+// CompensationStage is the stage of a run's first compensation: after any
+// step of its route.
+const CompensationStage = 1 << 20
+
+// Query selects runs, newest first.
+type Query struct {
+	// Flow, when set, keeps only runs of that flow.
+	Flow string
+	// Statuses, when set, keeps only runs in one of them.
+	Statuses []Status
+	// Since keeps only runs started at or after it (zero: all).
+	Since time.Time
+	// Before keeps only runs started before it (zero: all): paging.
+	Before time.Time
+	// ErrorContains keeps only runs whose error contains it (case
+	// insensitive).
+	ErrorContains string
+	// Limit caps the answer (0 = DefaultLimit).
+	Limit int
+}
+
+// DefaultLimit is how many runs a Query without a Limit returns.
+const DefaultLimit = 100
+
+// Journal records runs and answers questions about them. Implementations
+// are safe for concurrent use and apply events by the package's rules.
+type Journal interface {
+	// Record applies events: each to its run's timeline and, by its Seq,
+	// to the run. It is all or nothing.
+	Record(ctx context.Context, events []Event) error
+	// Run returns one run, or an error matching ErrRunNotFound.
+	Run(ctx context.Context, id string) (Run, error)
+	// Runs returns the runs q selects, newest first.
+	Runs(ctx context.Context, q Query) ([]Run, error)
+	// Timeline returns a run's events in order (by Seq, then time), or an
+	// error matching ErrRunNotFound.
+	Timeline(ctx context.Context, id string) ([]Event, error)
+}
+
+// Truncate bounds an error text to MaxErrorLen bytes, cutting on a rune
+// boundary and saying it did.
+func Truncate(s string) string {
+	if len(s) <= MaxErrorLen {
+		return s
+	}
+	const mark = " [truncated]"
+	cut := MaxErrorLen - len(mark)
+	for cut > 0 && s[cut]&0xc0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + mark
+}

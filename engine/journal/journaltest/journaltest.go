@@ -1,0 +1,354 @@
+// Package journaltest is the conformance suite every run journal passes:
+// the in-memory one and the PostgreSQL one run the same tests, so that a
+// run reads the same whichever records it.
+package journaltest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/engine/journal"
+)
+
+// Open returns an empty journal for one test; the suite runs tests in
+// parallel, each on a journal of its own.
+type Open func(t *testing.T) journal.Journal
+
+// Run runs the suite against the journals open returns.
+func Run(t *testing.T, open Open) {
+	tests := map[string]func(*testing.T, journal.Journal){
+		"a run through its steps":        runThroughSteps,
+		"late events do not go back":     lateEventsDoNotGoBack,
+		"a key recorded twice is one":    keyRecordedTwice,
+		"failed then replayed":           failedThenReplayed,
+		"queries":                        queries,
+		"unknown runs":                   unknownRuns,
+		"error text is bounded":          errorTextBounded,
+		"a run made by a later event":    runMadeByLaterEvent,
+		"concurrent writers of one run":  concurrentWriters,
+		"waiting and compensating":       waitingAndCompensating,
+		"input kept from the start only": inputFromStart,
+	}
+	for name, test := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, open(t))
+		})
+	}
+}
+
+var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+func ctxOf(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// start is a run's start event.
+func start(run, flow string, s int, input string) journal.Event {
+	return journal.Event{RunID: run, Flow: flow, Key: "start", Seq: journal.Seq(0, 0, 1, 0), Kind: journal.KindStart,
+		Outcome: "started", StartedAt: at(s), EndedAt: at(s), Status: journal.Running, RunStep: "validate",
+		Input: json.RawMessage(input)}
+}
+
+// step is the settled attempt of the step at position pos.
+func step(run, flow, name string, pos, attempt, s int, outcome string, status journal.Status, next string) journal.Event {
+	return journal.Event{RunID: run, Flow: flow, Key: fmt.Sprintf("%s/%d", name, attempt), Seq: journal.Seq(0, pos+1, attempt, 2),
+		Kind: journal.KindStep, Step: name, Attempt: attempt, Outcome: outcome, StartedAt: at(s), EndedAt: at(s + 1),
+		Queue: flow + "." + name, Status: status, RunStep: next}
+}
+
+func record(t *testing.T, j journal.Journal, events ...journal.Event) {
+	t.Helper()
+	require.NoError(t, j.Record(ctxOf(t), events))
+}
+
+func runThroughSteps(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	record(t, j, start("r1", "orders", 0, `{"id":1}`))
+	record(t, j,
+		step("r1", "orders", "validate", 0, 1, 1, "completed", journal.Running, "charge"),
+		step("r1", "orders", "charge", 1, 1, 2, "completed", journal.Running, "ship"))
+	record(t, j, step("r1", "orders", "ship", 2, 1, 3, "completed", journal.Completed, "ship"))
+
+	r, err := j.Run(ctx, "r1")
+	require.NoError(t, err)
+	require.Equal(t, "r1", r.ID)
+	require.Equal(t, "orders", r.Flow)
+	require.Equal(t, journal.Completed, r.Status)
+	require.Equal(t, "ship", r.Step)
+	require.JSONEq(t, `{"id":1}`, string(r.Input))
+	require.True(t, r.StartedAt.Equal(at(0)), "started at %s", r.StartedAt)
+	require.NotNil(t, r.EndedAt)
+	require.True(t, r.EndedAt.Equal(at(4)), "ended at %s", r.EndedAt)
+	require.Empty(t, r.Error)
+
+	tl, err := j.Timeline(ctx, "r1")
+	require.NoError(t, err)
+	require.Len(t, tl, 4)
+	var steps []string
+	for _, e := range tl {
+		steps = append(steps, string(e.Kind)+":"+e.Step)
+	}
+	require.Equal(t, []string{"start:", "step:validate", "step:charge", "step:ship"}, steps)
+	require.Equal(t, "orders.charge", tl[2].Queue)
+	require.Equal(t, 1, tl[2].Attempt)
+	require.True(t, tl[2].StartedAt.Equal(at(2)))
+	require.True(t, tl[2].EndedAt.Equal(at(3)))
+}
+
+func lateEventsDoNotGoBack(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	record(t, j, start("r2", "orders", 0, `{}`))
+	// A later step's batch lands before an earlier one's.
+	record(t, j, step("r2", "orders", "ship", 2, 1, 5, "completed", journal.Completed, "ship"))
+	record(t, j, step("r2", "orders", "charge", 1, 1, 2, "completed", journal.Running, "ship"))
+	r, err := j.Run(ctx, "r2")
+	require.NoError(t, err)
+	require.Equal(t, journal.Completed, r.Status, "an older event does not take the run back")
+	tl, err := j.Timeline(ctx, "r2")
+	require.NoError(t, err)
+	require.Len(t, tl, 3, "it is still on the timeline")
+	require.Equal(t, "charge", tl[1].Step, "the timeline is in run order, not arrival order")
+}
+
+func keyRecordedTwice(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	record(t, j, start("r3", "orders", 0, `{}`))
+	e := step("r3", "orders", "charge", 1, 1, 1, "retried", journal.Running, "charge")
+	e.Error = "gateway timeout"
+	record(t, j, e)
+	// The same attempt settled again after a redelivery: one entry, the later.
+	e.Outcome, e.EndedAt = "completed", at(9)
+	e.Error = ""
+	record(t, j, e)
+	tl, err := j.Timeline(ctx, "r3")
+	require.NoError(t, err)
+	require.Len(t, tl, 2)
+	require.Equal(t, "completed", tl[1].Outcome)
+	require.Empty(t, tl[1].Error)
+	require.True(t, tl[1].EndedAt.Equal(at(9)))
+}
+
+func failedThenReplayed(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	record(t, j, start("r4", "orders", 0, `{}`))
+	failed := step("r4", "orders", "ship", 2, 3, 10, "failed", journal.Failed, "ship")
+	failed.Error = "courier down"
+	failed.DeadLetter = "orders.ship.dlq"
+	hold := at(600)
+	failed.DueAt = &hold
+	record(t, j, failed)
+	r, err := j.Run(ctx, "r4")
+	require.NoError(t, err)
+	require.Equal(t, journal.Failed, r.Status)
+	require.Equal(t, "courier down", r.Error)
+	require.Equal(t, "orders.ship.dlq", r.DeadLetter)
+	require.NotNil(t, r.EndedAt, "a failed run has stopped")
+	require.NotNil(t, r.DueAt)
+	require.True(t, r.DueAt.Equal(hold))
+
+	replay := journal.Event{RunID: "r4", Flow: "orders", Key: "replay/1", Seq: journal.Seq(1, 0, 0, 0), Kind: journal.KindReplay,
+		Step: "ship", Outcome: "replayed", StartedAt: at(20), EndedAt: at(20), Queue: "orders.ship.dlq",
+		Status: journal.Running, RunStep: "ship", Replays: 1}
+	record(t, j, replay)
+	r, err = j.Run(ctx, "r4")
+	require.NoError(t, err)
+	require.Equal(t, journal.Running, r.Status)
+	require.Equal(t, 1, r.Replays)
+	require.Empty(t, r.Error, "a replayed run's old error is cleared")
+	require.Empty(t, r.DeadLetter)
+	require.Nil(t, r.EndedAt)
+	require.Nil(t, r.DueAt)
+
+	// The replayed attempt is attempt 1 again, but of replay 1: later.
+	done := step("r4", "orders", "ship", 2, 1, 21, "completed", journal.Completed, "ship")
+	done.Seq, done.Key, done.Replays = journal.Seq(1, 3, 1, 2), "ship/1/replay1", 1
+	record(t, j, done)
+	r, err = j.Run(ctx, "r4")
+	require.NoError(t, err)
+	require.Equal(t, journal.Completed, r.Status)
+	tl, err := j.Timeline(ctx, "r4")
+	require.NoError(t, err)
+	require.Len(t, tl, 4)
+	require.Equal(t, journal.KindReplay, tl[2].Kind)
+	require.Equal(t, "completed", tl[3].Outcome)
+}
+
+func queries(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	for i := range 12 {
+		flow := "orders"
+		if i%3 == 0 {
+			flow = "refunds"
+		}
+		id := fmt.Sprintf("q%02d", i)
+		record(t, j, start(id, flow, i*10, `{}`))
+		if i%2 == 0 {
+			f := step(id, flow, "charge", 1, 1, i*10+1, "failed", journal.Failed, "charge")
+			f.Error = fmt.Sprintf("Card DECLINED (%d)", i)
+			record(t, j, f)
+		}
+	}
+	ids := func(runs []journal.Run) []string {
+		var out []string
+		for _, r := range runs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	all, err := j.Runs(ctx, journal.Query{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q11", "q10", "q09", "q08", "q07", "q06", "q05", "q04", "q03", "q02", "q01", "q00"}, ids(all), "newest first")
+
+	got, err := j.Runs(ctx, journal.Query{Flow: "refunds"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q09", "q06", "q03", "q00"}, ids(got))
+
+	got, err = j.Runs(ctx, journal.Query{Flow: "orders", Statuses: []journal.Status{journal.Failed}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q10", "q08", "q04", "q02"}, ids(got))
+
+	got, err = j.Runs(ctx, journal.Query{Statuses: []journal.Status{journal.Failed, journal.Running}, Since: at(60), Limit: 3})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q11", "q10", "q09"}, ids(got))
+
+	got, err = j.Runs(ctx, journal.Query{Before: at(60), Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q05", "q04"}, ids(got), "Before pages back from a run")
+
+	got, err = j.Runs(ctx, journal.Query{ErrorContains: "card declined (1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q10"}, ids(got), "error text is matched without case")
+
+	got, err = j.Runs(ctx, journal.Query{Flow: "nothing"})
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+func unknownRuns(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	_, err := j.Run(ctx, "nobody")
+	require.ErrorIs(t, err, journal.ErrRunNotFound)
+	_, err = j.Timeline(ctx, "nobody")
+	require.ErrorIs(t, err, journal.ErrRunNotFound)
+	require.True(t, errors.Is(err, journal.ErrRunNotFound))
+}
+
+func errorTextBounded(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	record(t, j, start("r5", "orders", 0, `{}`))
+	f := step("r5", "orders", "charge", 1, 1, 1, "failed", journal.Failed, "charge")
+	f.Error = strings.Repeat("é", journal.MaxErrorLen)
+	record(t, j, f)
+	r, err := j.Run(ctx, "r5")
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(r.Error), journal.MaxErrorLen)
+	require.True(t, strings.HasSuffix(r.Error, "[truncated]"))
+	tl, err := j.Timeline(ctx, "r5")
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(tl[1].Error), journal.MaxErrorLen)
+}
+
+func runMadeByLaterEvent(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	// A worker whose start event was lost (or a run started elsewhere)
+	// still shows up from its first step.
+	record(t, j, step("r6", "orders", "charge", 1, 1, 5, "completed", journal.Running, "ship"))
+	r, err := j.Run(ctx, "r6")
+	require.NoError(t, err)
+	require.Equal(t, "orders", r.Flow)
+	require.Equal(t, journal.Running, r.Status)
+	require.Equal(t, "ship", r.Step)
+	record(t, j, start("r6", "orders", 0, `{"late":true}`))
+	r, err = j.Run(ctx, "r6")
+	require.NoError(t, err)
+	require.Equal(t, "ship", r.Step, "the start does not take the run back")
+	require.True(t, r.StartedAt.Equal(at(0)))
+	require.JSONEq(t, `{"late":true}`, string(r.Input))
+}
+
+func concurrentWriters(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	record(t, j, start("r7", "orders", 0, `{}`))
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for a := 1; a <= 5; a++ {
+				e := step("r7", "orders", "charge", 1, a, a, "retried", journal.Running, "charge")
+				if a == 5 {
+					e.Outcome, e.Status = "completed", journal.Completed
+				}
+				if !assertNoError(t, j.Record(ctx, []journal.Event{e}), w) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	tl, err := j.Timeline(ctx, "r7")
+	require.NoError(t, err)
+	require.Len(t, tl, 6, "four workers recording the same five attempts give five entries")
+	r, err := j.Run(ctx, "r7")
+	require.NoError(t, err)
+	require.Equal(t, journal.Completed, r.Status)
+}
+
+func assertNoError(t *testing.T, err error, w int) bool {
+	if err != nil {
+		t.Errorf("writer %d: %v", w, err)
+		return false
+	}
+	return true
+}
+
+func waitingAndCompensating(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	record(t, j, start("r8", "orders", 0, `{}`))
+	due := at(1800)
+	record(t, j, journal.Event{RunID: "r8", Flow: "orders", Key: "delay/ship", Seq: journal.Seq(0, 3, 0, 0), Kind: journal.KindDelay,
+		Step: "ship", Outcome: "waiting", StartedAt: at(1), EndedAt: at(1), DueAt: &due, Status: journal.Waiting, RunStep: "ship"})
+	r, err := j.Run(ctx, "r8")
+	require.NoError(t, err)
+	require.Equal(t, journal.Waiting, r.Status)
+	require.NotNil(t, r.DueAt)
+	require.True(t, r.DueAt.Equal(due))
+	require.Nil(t, r.EndedAt)
+
+	failed := step("r8", "orders", "ship", 2, 1, 1801, "failed", journal.Compensating, "ship")
+	failed.Error = "no courier"
+	record(t, j, failed,
+		journal.Event{RunID: "r8", Flow: "orders", Key: "compensate/charge", Seq: journal.Seq(0, journal.CompensationStage, 1, 2),
+			Kind: journal.KindCompensation, Step: "charge", Attempt: 1, Outcome: "compensated", StartedAt: at(1802), EndedAt: at(1803),
+			Status: journal.Compensated, RunStep: "charge", Error: "no courier"})
+	r, err = j.Run(ctx, "r8")
+	require.NoError(t, err)
+	require.Equal(t, journal.Compensated, r.Status)
+	require.Equal(t, "no courier", r.Error, "a compensated run says why it was undone")
+	require.NotNil(t, r.EndedAt)
+	tl, err := j.Timeline(ctx, "r8")
+	require.NoError(t, err)
+	require.Equal(t, journal.KindCompensation, tl[len(tl)-1].Kind)
+	require.NotNil(t, tl[1].DueAt)
+}
+
+func inputFromStart(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	record(t, j, start("r9", "orders", 0, `{"n":1}`))
+	again := start("r9", "orders", 3, `{"n":2}`)
+	record(t, j, again)
+	r, err := j.Run(ctx, "r9")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"n":1}`, string(r.Input), "starting a run twice keeps its first input")
+}

@@ -1,0 +1,194 @@
+package journal
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// DefaultMaxRuns is how many runs a Memory journal keeps unless told
+// otherwise.
+const DefaultMaxRuns = 100_000
+
+// Memory is a journal in this process's memory: what a worker with no
+// database records, and what tests use. It forgets everything on restart
+// and knows only the runs this process saw. Beyond MaxRuns runs it forgets
+// the oldest stopped ones first, so it never grows without bound. Safe
+// for concurrent use.
+type Memory struct {
+	max int
+
+	mu   sync.RWMutex
+	runs map[string]*memRun
+}
+
+type memRun struct {
+	run    Run
+	events map[string]Event
+}
+
+// NewMemory returns an empty journal keeping at most maxRuns runs
+// (DefaultMaxRuns when 0). A negative maxRuns is refused.
+func NewMemory(maxRuns int) (*Memory, error) {
+	if maxRuns < 0 {
+		return nil, fmt.Errorf("journal: max runs %d, want 0 (the default) or more", maxRuns)
+	}
+	if maxRuns == 0 {
+		maxRuns = DefaultMaxRuns
+	}
+	return &Memory{max: maxRuns, runs: map[string]*memRun{}}, nil
+}
+
+// Record applies events by the package's rules. It never fails.
+func (m *Memory) Record(_ context.Context, events []Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range events {
+		r, ok := m.runs[e.RunID]
+		if !ok {
+			r = &memRun{run: NewRun(e), events: map[string]Event{}}
+			m.runs[e.RunID] = r
+		}
+		e.Error = Truncate(e.Error)
+		r.events[e.Key] = e
+		Apply(&r.run, e)
+	}
+	if len(m.runs) > m.max {
+		m.evictLocked()
+	}
+	return nil
+}
+
+// NewRun is the run an event creates when its run is not yet known: the
+// first step of the rules every implementation follows.
+func NewRun(e Event) Run {
+	return Run{ID: e.RunID, Flow: e.Flow, Status: Running, StartedAt: e.StartedAt, UpdatedAt: e.EndedAt, Seq: -1}
+}
+
+// Apply applies e to r by the package's rules (r is e's run): the earliest
+// start, the input of the first start event, and e's status change unless
+// r already shows a later one.
+func Apply(r *Run, e Event) {
+	if e.Kind == KindStart && e.StartedAt.Before(r.StartedAt) {
+		// A run first heard of from a later event started when it says.
+		r.StartedAt = e.StartedAt
+	}
+	if len(e.Input) > 0 && len(r.Input) == 0 {
+		r.Input = e.Input
+	}
+	if e.Status == "" || e.Seq < r.Seq {
+		return
+	}
+	r.Status, r.Seq, r.Step, r.Replays = e.Status, e.Seq, e.RunStep, e.Replays
+	r.Error = Truncate(e.Error)
+	r.UpdatedAt = e.EndedAt
+	r.DueAt, r.DeadLetter = e.DueAt, e.DeadLetter
+	r.EndedAt = nil
+	if e.Status.Stopped() {
+		at := e.EndedAt
+		r.EndedAt = &at
+	}
+}
+
+// evictLocked forgets the oldest stopped runs beyond max, then the oldest
+// of any kind if stopped ones were not enough.
+func (m *Memory) evictLocked() {
+	all := make([]*memRun, 0, len(m.runs))
+	for _, r := range m.runs {
+		all = append(all, r)
+	}
+	slices.SortFunc(all, func(a, b *memRun) int {
+		if sa, sb := a.run.Status.Stopped(), b.run.Status.Stopped(); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		return a.run.StartedAt.Compare(b.run.StartedAt)
+	})
+	// Evict a tenth beyond the limit at once, so that a journal at its
+	// limit does not sort on every record.
+	for _, r := range all[:len(m.runs)-m.max+m.max/10] {
+		delete(m.runs, r.run.ID)
+	}
+}
+
+// Run returns one run, or an error matching ErrRunNotFound.
+func (m *Memory) Run(_ context.Context, id string) (Run, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	r, ok := m.runs[id]
+	if !ok {
+		return Run{}, fmt.Errorf("%w: %q", ErrRunNotFound, id)
+	}
+	return r.run, nil
+}
+
+// Runs returns the runs q selects, newest first.
+func (m *Memory) Runs(_ context.Context, q Query) ([]Run, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	needle := strings.ToLower(q.ErrorContains)
+	m.mu.RLock()
+	var out []Run
+	for _, r := range m.runs {
+		run := r.run
+		switch {
+		case q.Flow != "" && run.Flow != q.Flow,
+			len(q.Statuses) > 0 && !slices.Contains(q.Statuses, run.Status),
+			!q.Since.IsZero() && run.StartedAt.Before(q.Since),
+			!q.Before.IsZero() && !run.StartedAt.Before(q.Before),
+			needle != "" && !strings.Contains(strings.ToLower(run.Error), needle):
+			continue
+		}
+		out = append(out, run)
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Run) int {
+		if c := b.StartedAt.Compare(a.StartedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.ID, a.ID)
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Timeline returns a run's events in order, or an error matching
+// ErrRunNotFound.
+func (m *Memory) Timeline(_ context.Context, id string) ([]Event, error) {
+	m.mu.RLock()
+	r, ok := m.runs[id]
+	if !ok {
+		m.mu.RUnlock()
+		return nil, fmt.Errorf("%w: %q", ErrRunNotFound, id)
+	}
+	out := make([]Event, 0, len(r.events))
+	for _, e := range r.events {
+		out = append(out, e)
+	}
+	m.mu.RUnlock()
+	SortTimeline(out)
+	return out, nil
+}
+
+// SortTimeline orders a run's events as Timeline returns them: by Seq,
+// then by when they ended, then by key.
+func SortTimeline(events []Event) {
+	slices.SortFunc(events, func(a, b Event) int {
+		if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
+			return c
+		}
+		if c := a.EndedAt.Compare(b.EndedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+}

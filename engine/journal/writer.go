@@ -1,0 +1,261 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Defaults of WriterConfig.
+const (
+	DefaultQueue    = 10_000
+	DefaultMaxBatch = 500
+)
+
+// ErrWriterClosed: the writer was closed.
+var ErrWriterClosed = errors.New("journal writer closed")
+
+// WriterConfig configures a Writer; the zero value is the defaults.
+type WriterConfig struct {
+	// Queue is how many events may wait to be written (0 = 10,000); past
+	// it, Record waits: backpressure rather than memory without bound.
+	Queue int
+	// MaxBatch is the most events one Record of the journal carries
+	// (0 = 500).
+	MaxBatch int
+	// Logger hears about failed writes (nil = slog.Default()).
+	Logger *slog.Logger
+}
+
+// Writer writes events to a journal off the caller's path: Record queues
+// them and returns, one goroutine writes them in batches of whatever is
+// waiting. Nothing queued is ever dropped: a batch the journal refuses is
+// tried again, with backoff, until it is written or the writer is closed
+// past its deadline, which reports how many events were not written.
+type Writer struct {
+	j   Journal
+	cfg WriterConfig
+	log *slog.Logger
+
+	queue   chan item
+	stop    chan struct{}
+	stopped chan struct{}
+
+	mu       sync.RWMutex
+	closed   bool
+	closeCtx context.Context
+	lost     int
+}
+
+// item is one event on its way, or a waiter that wants to hear once
+// everything queued before it is written (nil) or could not be (an error).
+type item struct {
+	event Event
+	done  chan error
+}
+
+// NewWriter starts a writer for j. Close it to flush and stop it.
+func NewWriter(j Journal, cfg WriterConfig) (*Writer, error) {
+	if j == nil {
+		return nil, errors.New("journal writer: nil journal")
+	}
+	if cfg.Queue < 0 || cfg.MaxBatch < 0 {
+		return nil, fmt.Errorf("journal writer: negative queue %d or batch %d", cfg.Queue, cfg.MaxBatch)
+	}
+	if cfg.Queue == 0 {
+		cfg.Queue = DefaultQueue
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Writer{j: j, cfg: cfg, log: cfg.Logger, queue: make(chan item, cfg.Queue),
+		stop: make(chan struct{}), stopped: make(chan struct{})}
+	go w.loop()
+	return w, nil
+}
+
+// Journal is the journal the writer writes to, for reading.
+func (w *Writer) Journal() Journal { return w.j }
+
+// Record queues events to be written, waiting (bounded by ctx) while the
+// queue is full. It returns ErrWriterClosed after Close.
+func (w *Writer) Record(ctx context.Context, events ...Event) error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		return ErrWriterClosed
+	}
+	for _, e := range events {
+		select {
+		case w.queue <- item{event: e}:
+		case <-ctx.Done():
+			return fmt.Errorf("journal: queue full: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// RecordSync queues events and waits until they, and everything queued
+// before them, are written: for the events a run must not be without
+// (that it failed, that it ended), bounded by ctx.
+func (w *Writer) RecordSync(ctx context.Context, events ...Event) error {
+	if err := w.Record(ctx, events...); err != nil {
+		return err
+	}
+	return w.Flush(ctx)
+}
+
+// Flush waits until everything queued so far is written, bounded by ctx.
+func (w *Writer) Flush(ctx context.Context) error {
+	done := make(chan error, 1)
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return ErrWriterClosed
+	}
+	select {
+	case w.queue <- item{done: done}:
+	case <-ctx.Done():
+		w.mu.RUnlock()
+		return fmt.Errorf("journal: flush: %w", ctx.Err())
+	}
+	w.mu.RUnlock()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("journal: flush: %w", ctx.Err())
+	}
+}
+
+// Close stops taking events and writes what is queued, bounded by ctx; the
+// error says how many events could not be written by then. Idempotent.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		w.closeCtx = ctx
+		close(w.stop)
+	}
+	w.mu.Unlock()
+	// The loop bounds what it still writes by the first Close's ctx.
+	<-w.stopped
+	if w.lost > 0 {
+		return fmt.Errorf("journal: %d events were not written before the close deadline", w.lost)
+	}
+	return nil
+}
+
+func (w *Writer) loop() {
+	defer close(w.stopped)
+	batch := make([]Event, 0, w.cfg.MaxBatch)
+	var waiters []chan error
+	for {
+		select {
+		case it := <-w.queue:
+			batch, waiters = w.take(it, batch, waiters)
+		case <-w.stop:
+			w.drain(batch, waiters)
+			return
+		}
+		// Take whatever else is already waiting, up to a batch.
+	more:
+		for len(batch) < w.cfg.MaxBatch {
+			select {
+			case it := <-w.queue:
+				batch, waiters = w.take(it, batch, waiters)
+			default:
+				break more
+			}
+		}
+		if !w.write(batch) {
+			w.drain(batch, waiters)
+			return
+		}
+		for _, d := range waiters {
+			d <- nil
+		}
+		batch, waiters = batch[:0], waiters[:0]
+	}
+}
+
+func (w *Writer) take(it item, batch []Event, waiters []chan error) ([]Event, []chan error) {
+	if it.done != nil {
+		return batch, append(waiters, it.done)
+	}
+	return append(batch, it.event), waiters
+}
+
+// write writes batch, trying again with backoff until it is written; it
+// returns false when the writer was closed while it kept failing (the
+// batch is then still to write).
+func (w *Writer) write(batch []Event) bool {
+	if len(batch) == 0 {
+		return true
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := w.j.Record(ctx, batch)
+		cancel()
+		if err == nil {
+			return true
+		}
+		w.log.Warn("journal write failed; trying again", slog.Int("events", len(batch)), slog.Duration("in", backoff), slog.Any("error", err))
+		select {
+		case <-time.After(backoff):
+		case <-w.stop:
+			return false
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// drain writes what is left once the writer is closed, the batch in hand
+// and everything queued, trying again until Close's deadline.
+func (w *Writer) drain(batch []Event, waiters []chan error) {
+	ctx := w.closeCtx
+	backoff := 50 * time.Millisecond
+	for {
+	more:
+		for len(batch) < w.cfg.MaxBatch {
+			select {
+			case it := <-w.queue:
+				batch, waiters = w.take(it, batch, waiters)
+			default:
+				break more
+			}
+		}
+		if len(batch) == 0 {
+			break
+		}
+		err := w.j.Record(ctx, batch)
+		if err == nil {
+			batch = batch[:0]
+			continue
+		}
+		select {
+		case <-time.After(backoff):
+			backoff = min(backoff*2, time.Second)
+			continue
+		case <-ctx.Done():
+		}
+		// Count what is still queued too: nothing takes it any more.
+		w.lost = len(batch) + len(w.queue)
+		w.log.Error("journal events not written before the close deadline", slog.Int("events", w.lost), slog.Any("error", err))
+		break
+	}
+	var err error
+	if w.lost > 0 {
+		err = fmt.Errorf("journal: %d events not written before the close deadline", w.lost)
+	}
+	for _, d := range waiters {
+		d <- err
+	}
+}

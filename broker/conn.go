@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,7 +219,12 @@ func (c *Conn) Config() Config { return c.cfg }
 // Declare declares every exchange, queue and binding of t; a reconnecting
 // transport declares them again on every new connection. It refuses, before
 // anything is sent, a stream or quorum queue declared transient, exclusive or
-// auto-delete (*QueueTypeError).
+// auto-delete (*QueueTypeError). A queue t gives an x-delivery-limit that
+// exists without one (declared by an earlier version of this library, or by
+// another AceMQ library that sets none) is declared as it exists, with a
+// warning naming the policy that gives it a limit: refusing it would stop
+// every consumer of an existing deployment. A queue that exists with another
+// limit is refused as the broker refuses it (PRECONDITION_FAILED).
 func (c *Conn) Declare(ctx context.Context, t Topology) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -226,7 +232,20 @@ func (c *Conn) Declare(ctx context.Context, t Topology) error {
 	if err := checkQueueTypes(t); err != nil {
 		return fmt.Errorf("declare: %w", err)
 	}
-	if err := c.transport.Declare(ctx, t); err != nil {
+	err := c.transport.Declare(ctx, t)
+	for err != nil {
+		var queue string
+		var ok bool
+		if t, queue, ok = withoutRefusedDeliveryLimit(t, err); !ok {
+			break
+		}
+		c.log.Warn("queue exists without a delivery limit; declared as it is", slog.String("queue", queue),
+			slog.String("consequence", "a message that kills every consumer it reaches is delivered for ever"),
+			slog.String("remedy", fmt.Sprintf(`rabbitmqctl set_policy --apply-to queues 'acemq-delivery-limit:%s' '^%s$' '{"delivery-limit":%d}'`,
+				queue, regexp.QuoteMeta(queue), DefaultDeliveryLimit)))
+		err = c.transport.Declare(ctx, t)
+	}
+	if err != nil {
 		return fmt.Errorf("declare: %w", err)
 	}
 	return nil

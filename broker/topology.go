@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/acemq/acemq-flow/broker/transport"
@@ -40,19 +42,84 @@ func QuorumQueue(name string, args Table) Queue {
 	return Queue{Name: name, Durable: true, Args: a}
 }
 
-// ConsumerTopology is what consuming queue declares: the queue itself,
-// dead-lettering to queue.dlq through the default exchange (so even a
-// broker-side reject lands there rather than nowhere), and queue.dlq and
-// queue.parked beside it.
-func ConsumerTopology(queue string) Topology {
+// DefaultDeliveryLimit is the x-delivery-limit of a consumer's queue unless
+// ConsumerQueues says otherwise: RabbitMQ 4's own default for quorum queues.
+const DefaultDeliveryLimit = 20
+
+// ConsumerQueues configures the queues a consumer owns (a config struct: the
+// zero value is the defaults). Consume declares them with the defaults; a
+// deployment that wants others declares ConsumerQueues{...}.Topology(queue)
+// itself and consumes with Existing.
+type ConsumerQueues struct {
+	// DeliveryLimit is the queue's x-delivery-limit: how many times the
+	// broker takes a message back unsettled (a consumer's connection or
+	// process died holding it, a nack with requeue) before it dead-letters
+	// it to queue.dlq instead of delivering it again. It is what ends a
+	// message that kills every consumer it reaches, such as one whose
+	// headers the client library cannot read. 0 means DefaultDeliveryLimit;
+	// a negative value declares no limit (such a message is then delivered
+	// for ever).
+	DeliveryLimit int
+}
+
+// Topology is what consuming queue declares: the queue itself with its
+// delivery limit, dead-lettering to queue.dlq through the default exchange
+// (so even a broker-side reject lands there rather than nowhere), and
+// queue.dlq and queue.parked beside it. These two have no delivery limit:
+// without a dead-letter exchange of their own, the broker would drop what
+// went past it.
+func (c ConsumerQueues) Topology(queue string) Topology {
+	args := Table{
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": queue + DeadLetterSuffix,
+	}
+	switch {
+	case c.DeliveryLimit == 0:
+		args[argDeliveryLimit] = int64(DefaultDeliveryLimit)
+	case c.DeliveryLimit > 0:
+		args[argDeliveryLimit] = int64(c.DeliveryLimit)
+	}
 	return Topology{Queues: []Queue{
-		QuorumQueue(queue, Table{
-			"x-dead-letter-exchange":    "",
-			"x-dead-letter-routing-key": queue + DeadLetterSuffix,
-		}),
+		QuorumQueue(queue, args),
 		QuorumQueue(queue+DeadLetterSuffix, nil),
 		QuorumQueue(queue+ParkedSuffix, nil),
 	}}
+}
+
+// ConsumerTopology is what consuming queue declares: ConsumerQueues with
+// its defaults.
+func ConsumerTopology(queue string) Topology { return ConsumerQueues{}.Topology(queue) }
+
+// argDeliveryLimit is the quorum queue argument ConsumerQueues sets.
+const argDeliveryLimit = "x-delivery-limit"
+
+// withoutRefusedDeliveryLimit undoes what adding the delivery limit breaks:
+// RabbitMQ refuses (406) a declaration with an x-delivery-limit the existing
+// queue does not have, and a queue declared by an earlier version of this
+// library, or by an AceMQ library that does not set one, has none. When err
+// is that refusal for a queue of t, it returns t with the argument dropped
+// from that queue, and the queue's name. It reads the broker's reason
+// ("inequivalent arg 'x-delivery-limit' for queue 'Q' in vhost '/': received
+// ... but current is none"), which the loopback words the same way: AMQP
+// says nothing more structured.
+func withoutRefusedDeliveryLimit(t Topology, err error) (Topology, string, bool) {
+	var ae *transport.AMQPError
+	if !errors.As(err, &ae) || ae.Code != transport.PreconditionFailed ||
+		!strings.Contains(ae.Reason, "inequivalent arg '"+argDeliveryLimit+"'") || !strings.HasSuffix(ae.Reason, "but current is none") {
+		return t, "", false
+	}
+	for i, q := range t.Queues {
+		if _, ok := q.Args[argDeliveryLimit]; !ok || !strings.Contains(ae.Reason, "for queue '"+q.Name+"' in vhost") {
+			continue
+		}
+		out := t
+		out.Queues = slices.Clone(t.Queues)
+		q.Args = q.Args.Clone()
+		delete(q.Args, argDeliveryLimit)
+		out.Queues[i] = q
+		return out, q.Name, true
+	}
+	return t, "", false
 }
 
 // QueueTypeError is a declaration of a queue RabbitMQ replicates (a stream

@@ -101,7 +101,8 @@ func TestConsumerQueueArguments(t *testing.T) {
 	top := broker.ConsumerTopology("orders")
 	require.Equal(t, []broker.Queue{
 		{Name: "orders", Durable: true, Args: broker.Table{
-			"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"}},
+			"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq",
+			"x-delivery-limit": int64(20)}},
 		{Name: "orders.dlq", Durable: true, Args: broker.Table{"x-queue-type": "quorum"}},
 		{Name: "orders.parked", Durable: true, Args: broker.Table{"x-queue-type": "quorum"}},
 	}, top.Queues)

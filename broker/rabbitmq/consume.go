@@ -39,7 +39,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		log:   t.log.With(slog.String("queue", queue), slog.String("consumer_tag", opts.Tag)),
 	}
 	sub.ctx, sub.stop = context.WithCancel(t.ctx)
-	c, err := sub.subscribe(ctx, opts.Args)
+	c, err := sub.subscribe(ctx, opts.Args, false)
 	if err != nil {
 		sub.stop()
 		return nil, fmt.Errorf("rabbitmq: consume from queue %q: %w", queue, err)
@@ -89,6 +89,10 @@ type consumer struct {
 	cancels    chan string
 	closes     chan *amqp.Error
 	closeErr   *amqp.Error
+	// probe says the consumer runs at prefetch 1 after the connection was
+	// lost to a frame amqp091 could not read, and ends after its first
+	// delivery (see run).
+	probe bool
 }
 
 // Deliveries yields the subscription's messages; it is closed when the
@@ -116,10 +120,10 @@ func (sub *subscription) Cancel(ctx context.Context) error {
 	}
 }
 
-// subscribe opens a channel, sets its prefetch and starts consuming with
-// args, waiting bounded by ctx for a connection and retrying on the next one
-// if the connection goes away under it.
-func (sub *subscription) subscribe(ctx context.Context, args transport.Table) (*consumer, error) {
+// subscribe opens a channel, sets its prefetch (1 for a probe) and starts
+// consuming with args, waiting bounded by ctx for a connection and retrying
+// on the next one if the connection goes away under it.
+func (sub *subscription) subscribe(ctx context.Context, args transport.Table, probe bool) (*consumer, error) {
 	if err := args.Validate(); err != nil {
 		return nil, fmt.Errorf("resume arguments: %w", err)
 	}
@@ -128,7 +132,7 @@ func (sub *subscription) subscribe(ctx context.Context, args transport.Table) (*
 		if err != nil {
 			return nil, err
 		}
-		c, err := sub.consumeOn(s, args)
+		c, err := sub.consumeOn(s, args, probe)
 		if err != nil && s.isLost() && retryable(err) {
 			continue
 		}
@@ -136,20 +140,25 @@ func (sub *subscription) subscribe(ctx context.Context, args transport.Table) (*
 	}
 }
 
-func (sub *subscription) consumeOn(s *session, args transport.Table) (*consumer, error) {
+func (sub *subscription) consumeOn(s *session, args transport.Table, probe bool) (*consumer, error) {
 	ch, err := s.channel()
 	if err != nil {
 		return nil, err
 	}
+	prefetch := sub.opts.Prefetch
+	if probe {
+		prefetch = 1
+	}
 	c := &consumer{
-		s: s,
-		h: &heldChannel{t: sub.t, ch: ch},
+		s:     s,
+		probe: probe,
+		h:     &heldChannel{t: sub.t, ch: ch},
 		// Both are read by the subscription's goroutine; buffered so that
 		// amqp091's reader never waits on them.
 		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
 		cancels: ch.NotifyCancel(make(chan string, 4)),
 	}
-	if err := ch.Qos(sub.opts.Prefetch, 0, false); err != nil {
+	if err := ch.Qos(prefetch, 0, false); err != nil {
 		ch.Close()
 		return nil, fmt.Errorf("basic.qos: %w", mapError(err))
 	}
@@ -163,6 +172,17 @@ func (sub *subscription) consumeOn(s *session, args transport.Table) (*consumer,
 
 // run feeds out from one consumer after another until the subscription is
 // cancelled, the transport closes, or resubscribing fails.
+//
+// A connection lost because amqp091 could not read a frame the broker sent
+// (a message whose headers it refuses) is lost again as soon as the broker
+// redelivers that message, until the queue's delivery limit dead-letters it.
+// Every message delivered together with it is taken back with it and counts
+// a delivery too, and would reach the limit at the same time, so after such
+// a loss the subscription comes back as a probe with prefetch 1: it receives
+// the head of its queue alone, and once one delivery has come through, the
+// probe is cancelled and the subscription runs at its own prefetch again.
+// Streams, which have no delivery limit and resume from an offset, are
+// left as they are.
 func (sub *subscription) run(c *consumer) {
 	defer sub.finish()
 	for {
@@ -171,12 +191,18 @@ func (sub *subscription) run(c *consumer) {
 		if sub.ctx.Err() != nil {
 			return
 		}
-		sub.log.Info("rabbitmq consumer interrupted; resubscribing", slog.String("reason", why))
+		probe := false
+		if why == whyProbed {
+			sub.log.Debug("rabbitmq consumer read past an unreadable message; back to its prefetch")
+		} else {
+			probe = !sub.opts.Stream && (c.probe || c.s.isLost() && c.s.lostUnreadable(sub.ctx))
+			sub.log.Info("rabbitmq consumer interrupted; resubscribing", slog.String("reason", why), slog.Bool("probe", probe))
+		}
 		args := sub.opts.Args
 		if sub.opts.ResumeArgs != nil {
 			args = sub.opts.ResumeArgs()
 		}
-		next, err := sub.subscribe(sub.ctx, args)
+		next, err := sub.subscribe(sub.ctx, args, probe)
 		if err != nil {
 			if sub.ctx.Err() == nil {
 				sub.log.Error("rabbitmq could not resubscribe; subscription ends", slog.Any("error", err))
@@ -201,8 +227,12 @@ func (sub *subscription) finish() {
 	close(sub.done)
 }
 
+// whyProbed is why pump ends a probe that handed out its delivery.
+const whyProbed = "probe delivered"
+
 // pump hands c's deliveries to out until c ends, and says why it ended. When
-// the subscription is stopped it cancels the consumer first.
+// the subscription is stopped it cancels the consumer first, and so it does
+// a probe once it has handed out one delivery.
 func (sub *subscription) pump(c *consumer) string {
 	for {
 		select {
@@ -238,6 +268,10 @@ func (sub *subscription) pump(c *consumer) string {
 				}
 				sub.cancel(c)
 				return "cancelled"
+			}
+			if c.probe {
+				sub.cancel(c)
+				return whyProbed
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -108,3 +109,19 @@ func (s *session) channel() (*amqp.Channel, error) {
 // isLost reports whether the connection has closed, even if the goroutine
 // watching it has not yet closed s.lost.
 func (s *session) isLost() bool { return s.conn.IsClosed() }
+
+// lostUnreadable reports whether the connection, which has closed, was lost
+// because amqp091 could not read a frame the broker sent: a header it
+// refuses (a table or array of more than 8,192 elements, nested too deep) or
+// a frame beyond frame_max. It waits, bounded by ctx, for the reason to be
+// recorded.
+func (s *session) lostUnreadable(ctx context.Context) bool {
+	select {
+	case <-s.lost:
+	case <-ctx.Done():
+		return false
+	}
+	e := s.lostErr
+	// amqp091 closes the connection with the reader's error as the reason.
+	return e != nil && !e.Server && (e.Reason == amqp.ErrSyntax.Error() || e.Reason == amqp.ErrFrameTooLarge.Error())
+}

@@ -125,6 +125,33 @@ var deadLetterTests = map[string]func(*testing.T, suite){
 		require.Equal(t, "delivery_limit", lastDeath(t, dead, 1)["reason"])
 		require.NotContains(t, dead.Headers, "x-delivery-count")
 	},
+	"QuorumDeliveryLimitCountsLostConnections": func(t *testing.T, s suite) {
+		// A consumer whose connection dies holding a delivery (its client
+		// could not read the message, or its process crashed) gives the
+		// message back unsettled; the delivery limit counts that too, so
+		// the message cannot take connections down for ever.
+		admin := s.connect(t)
+		dlq := queue(t, admin, "lost.dlq", nil)
+		src := transport.Queue{Name: testenv.Name(t, "lost"), Durable: true, Args: transport.Table{
+			"x-queue-type": "quorum", "x-delivery-limit": int64(1),
+			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
+		}}
+		declare(t, admin, transport.Topology{Queues: []transport.Queue{src}})
+		publish(t, admin, "", src.Name, "m")
+		for i := range 2 {
+			tr := s.connect(t)
+			d := receive(t, consume(t, tr, src.Name, 1), arrival)
+			require.Equal(t, "m", d.MessageID)
+			if i > 0 {
+				require.Equal(t, int64(i), d.Headers["x-delivery-count"])
+			}
+			require.NoError(t, tr.Close(ctx(t)), "closed holding the delivery")
+		}
+		dead := get(t, admin, dlq)
+		require.Equal(t, "m", dead.MessageID)
+		require.Equal(t, "delivery_limit", lastDeath(t, dead, 1)["reason"])
+		require.Equal(t, 0, ready(t, admin, src.Name))
+	},
 }
 
 // deadLettering declares a queue dead-lettering through the default

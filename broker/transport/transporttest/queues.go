@@ -1,6 +1,7 @@
 package transporttest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -74,6 +75,33 @@ var queueTests = map[string]func(*testing.T, suite){
 
 		publish(t, tr, "", q.Name, "the transport still works")
 		require.Equal(t, 1, ready(t, tr, q.Name))
+	},
+	"DeliveryLimitIsComparedOnRedeclare": func(t *testing.T, s suite) {
+		tr := s.connect(t)
+		quorum := transport.Queue{Name: testenv.Name(t, "delivery-limit"), Durable: true, Args: transport.Table{"x-queue-type": "quorum"}}
+		declare(t, tr, transport.Topology{Queues: []transport.Queue{quorum}})
+		limited := quorum
+		limited.Args = transport.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(20)}
+		// broker.Conn.Declare reads this refusal to declare a queue that
+		// exists without a limit as it is.
+		err := tr.Declare(ctx(t), transport.Topology{Queues: []transport.Queue{limited}})
+		require.True(t, transport.IsCode(err, transport.PreconditionFailed), "added limit: want 406, got %v", err)
+		require.ErrorContains(t, err, "inequivalent arg 'x-delivery-limit' for queue '"+quorum.Name+"' in vhost")
+		require.True(t, strings.HasSuffix(err.Error(), "but current is none"), "the reason says the queue has none: %v", err)
+
+		other := testenv.Name(t, "delivery-limit")
+		limited.Name = other
+		declare(t, tr, transport.Topology{Queues: []transport.Queue{limited}})
+		for name, args := range map[string]transport.Table{
+			"other limit":   {"x-queue-type": "quorum", "x-delivery-limit": int64(5)},
+			"limit missing": {"x-queue-type": "quorum"},
+		} {
+			err := tr.Declare(ctx(t), transport.Topology{Queues: []transport.Queue{{Name: other, Durable: true, Args: args}}})
+			require.True(t, transport.IsCode(err, transport.PreconditionFailed), "%s: want 406, got %v", name, err)
+			require.False(t, strings.HasSuffix(err.Error(), "but current is none"), "%s: %v", name, err)
+		}
+		require.NoError(t, tr.Declare(ctx(t), transport.Topology{Queues: []transport.Queue{{Name: other, Durable: true,
+			Args: transport.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(20)}}}}), "the same limit in another width")
 	},
 	"InvalidQueueArgumentsAreRefused": func(t *testing.T, s suite) {
 		tr := s.connect(t)

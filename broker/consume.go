@@ -125,7 +125,9 @@ func (k *Consumer) subscribe(ctx context.Context) error {
 	go func() {
 		workers.Wait()
 		if err := sub.Err(); err != nil {
-			k.conn.log.Warn("consumer ended by the broker", slog.String("queue", k.queue), slog.Any("error", err))
+			k.conn.log.Error("consumer ended: nothing consumes its queue on this connection any more",
+				slog.String("queue", k.queue), slog.Any("error", err))
+			k.conn.tel.endedOnItsOwn(k, err)
 		}
 		k.abort()
 		k.conn.untrack(k)
@@ -165,10 +167,17 @@ func (k *Consumer) requeueIfStopping(d *transport.Delivery) bool {
 // Queue is the queue the consumer reads.
 func (k *Consumer) Queue() string { return k.queue }
 
-// Done is closed once the consumer has stopped and every handler returned.
+// Done is closed once the consumer has stopped, by Cancel, by Close of its
+// connection or on its own (Err then says why), and every handler returned.
 func (k *Consumer) Done() <-chan struct{} { return k.done }
 
-// Err says why the broker ended the consumer (its queue was deleted), or nil.
+// Err says why the consumer ended on its own: the broker would not let it
+// resubscribe after it lost its consumer (its queue was deleted, or
+// refuses it). A lost connection is not such an end: the consumer
+// resubscribes once the connection is back. Err is nil while the consumer
+// runs and when Cancel or Close stopped it, and set before Done is closed;
+// the connection's Health and the acemq.consumer.ended metric report the
+// same.
 func (k *Consumer) Err() error { return k.sub.Err() }
 
 // Cancel stops taking deliveries, lets in-flight handlers finish and

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -48,6 +51,12 @@ type telemetry struct {
 	sent            metric.Int64Counter
 	consumed        metric.Int64Counter
 	processDuration metric.Float64Histogram
+	consumerEnded   metric.Int64Counter
+
+	// ended holds the consumers that ended on their own, and why, for
+	// Conn.Health, until their owner cancels them.
+	endedMu sync.Mutex
+	ended   map[*Consumer]error
 }
 
 func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry, error) {
@@ -58,7 +67,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry,
 		tp = otel.GetTracerProvider()
 	}
 	m := mp.Meter(instrumentation)
-	t := &telemetry{tracer: tp.Tracer(instrumentation)}
+	t := &telemetry{tracer: tp.Tracer(instrumentation), ended: map[*Consumer]error{}}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -75,6 +84,9 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry,
 	add(err)
 	t.processDuration, err = m.Float64Histogram("messaging.process.duration", metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(processBuckets...))
+	add(err)
+	t.consumerEnded, err = m.Int64Counter("acemq.consumer.ended",
+		metric.WithDescription("Consumers that ended on their own (not by Cancel or Close), by queue: nothing consumes that queue on this connection any more."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create instruments: %w", err)
@@ -179,6 +191,66 @@ func (t *telemetry) settled(ctx context.Context, queue, outcome string, took tim
 		attribute.String("messaging.destination.name", queue))
 	t.consumed.Add(ctx, 1, semconv)
 	t.processDuration.Record(ctx, took.Seconds(), semconv)
+}
+
+// endedOnItsOwn records k, which ended on its own with err: it is counted
+// on acemq.consumer.ended and reported by Conn.Health until its owner
+// cancels it.
+func (t *telemetry) endedOnItsOwn(k *Consumer, err error) {
+	t.consumerEnded.Add(context.Background(), 1, metric.WithAttributes(attribute.String("queue", k.queue)))
+	t.endedMu.Lock()
+	defer t.endedMu.Unlock()
+	t.ended[k] = err
+}
+
+// ConsumerEndedError is a consumer that ended on its own: the broker would
+// not let it resubscribe after it lost its consumer (its queue was deleted,
+// or refuses it). Nothing consumes Queue on this connection any more.
+type ConsumerEndedError struct {
+	// Queue is the queue the consumer read.
+	Queue string
+	// Err is why it ended, as its Err reports it.
+	Err error
+}
+
+// Error names the queue and why its consumer ended.
+func (e *ConsumerEndedError) Error() string {
+	return fmt.Sprintf("consumer of queue %q ended: %v", e.Queue, e.Err)
+}
+
+// Unwrap returns why the consumer ended.
+func (e *ConsumerEndedError) Unwrap() error { return e.Err }
+
+// Health reports what keeps the connection from doing all its work, for a
+// worker's readiness check: every consumer of the connection that ended on
+// its own and that its owner has not cancelled, as *ConsumerEndedError
+// values joined in queue order. The scheduler ladder's control consumer is
+// among them when it ended, and then no retry, put-back or scheduled
+// message moves. A connection that reconnects is healthy meanwhile: its
+// consumers resubscribe when it is back. Health is nil when all is well and
+// ErrClosed once the connection is closed.
+func (c *Conn) Health() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	t := c.tel
+	t.endedMu.Lock()
+	defer t.endedMu.Unlock()
+	var ended []*ConsumerEndedError
+	for k, err := range t.ended {
+		if k.stopping.Load() {
+			// Its owner has seen it go and cancelled it.
+			delete(t.ended, k)
+			continue
+		}
+		ended = append(ended, &ConsumerEndedError{Queue: k.queue, Err: err})
+	}
+	slices.SortFunc(ended, func(a, b *ConsumerEndedError) int { return strings.Compare(a.Queue, b.Queue) })
+	errs := make([]error, len(ended))
+	for i, e := range ended {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
 }
 
 // tableCarrier lets the W3C propagator read and write message headers.

@@ -39,7 +39,7 @@ func (t *Transport) Consume(ctx context.Context, queue string, opts transport.Co
 		log:   t.log.With(slog.String("queue", queue), slog.String("consumer_tag", opts.Tag)),
 	}
 	sub.ctx, sub.stop = context.WithCancel(t.ctx)
-	c, err := sub.subscribe(ctx, opts.Args, false)
+	c, err := sub.subscribe(ctx, opts.Args, attempt{})
 	if err != nil {
 		sub.stop()
 		return nil, fmt.Errorf("rabbitmq: consume from queue %q: %w", queue, err)
@@ -120,10 +120,28 @@ func (sub *subscription) Cancel(ctx context.Context) error {
 	}
 }
 
-// subscribe opens a channel, sets its prefetch (1 for a probe) and starts
-// consuming with args, waiting bounded by ctx for a connection and retrying
-// on the next one if the connection goes away under it.
-func (sub *subscription) subscribe(ctx context.Context, args transport.Table, probe bool) (*consumer, error) {
+// attempt says how subscribe consumes.
+type attempt struct {
+	// resume: the subscription is coming back after its consumer ended; the
+	// broker has accepted the same basic.consume before.
+	resume bool
+	// probe: consume at prefetch 1 and end after the first delivery (see
+	// run).
+	probe bool
+}
+
+// subscribe opens a channel, sets its prefetch and starts consuming with
+// args, waiting bounded by ctx for a connection and retrying on the next one
+// if the connection goes away under it.
+//
+// A first subscription is not retried when the broker closed the connection
+// with a hard error (retryable): the arguments may be what it objected to,
+// and the caller should hear so. A resubscription is retried whatever the
+// code: the broker took the same consume before, so a connection closed
+// under it (by another goroutine's operation, or by an operator) is the
+// connection's failure, and ending the subscription would leave its queue
+// without a consumer on a connection that comes back.
+func (sub *subscription) subscribe(ctx context.Context, args transport.Table, a attempt) (*consumer, error) {
 	if err := args.Validate(); err != nil {
 		return nil, fmt.Errorf("resume arguments: %w", err)
 	}
@@ -132,8 +150,9 @@ func (sub *subscription) subscribe(ctx context.Context, args transport.Table, pr
 		if err != nil {
 			return nil, err
 		}
-		c, err := sub.consumeOn(s, args, probe)
-		if err != nil && s.isLost() && retryable(err) {
+		c, err := sub.consumeOn(s, args, a.probe)
+		if err != nil && s.isLost() && (a.resume || retryable(err)) {
+			sub.log.Debug("rabbitmq connection lost while subscribing; subscribing on the next one", slog.Any("error", err))
 			continue
 		}
 		return c, err
@@ -202,7 +221,7 @@ func (sub *subscription) run(c *consumer) {
 		if sub.opts.ResumeArgs != nil {
 			args = sub.opts.ResumeArgs()
 		}
-		next, err := sub.subscribe(sub.ctx, args, probe)
+		next, err := sub.subscribe(sub.ctx, args, attempt{resume: true, probe: probe})
 		if err != nil {
 			if sub.ctx.Err() == nil {
 				sub.log.Error("rabbitmq could not resubscribe; subscription ends", slog.Any("error", err))

@@ -100,6 +100,15 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 	return time.Duration(d)
 }
 
+// GiveUp says why a message that failed on attempt at now, first seen at
+// firstSeen, is not to be tried again, or "" when it may be: what a
+// consumer decides about a handler's Retry, for code that must act before
+// the consumer gives the message up (a workflow step starting its
+// compensation).
+func (p RetryPolicy) GiveUp(attempt int, firstSeen, now time.Time) string {
+	return p.giveUp(attempt, firstSeen, now)
+}
+
 // giveUp says why a message on attempt, first seen at firstSeen, should not
 // be tried again, or "" when it may.
 func (p RetryPolicy) giveUp(attempt int, firstSeen, now time.Time) string {

@@ -1,5 +1,54 @@
-// Package engine will compile dsl flows into topology and handlers, wrap
-// every step in the same middleware (tracing, metrics, idempotency keyed by
-// run id and step, ordering, timeout, retry policy), run workers, record
-// each run in the run journal and export metrics.
+// Package engine runs the flows of package dsl on RabbitMQ: it compiles a
+// flow to topology and handlers on what package patterns already knows how
+// to run, starts runs, works their steps in workers, records every run in
+// the run journal and exports metrics.
+//
+//	eng, err := engine.New(engine.Config{Conn: conn, Journal: j})
+//	err = eng.Register(workflows.PlaceOrder)
+//	runID, err := eng.Start(ctx, "place-order", order)
+//	w, err := eng.StartWorker(ctx)   // or eng.Run(ctx): until ctx ends
+//	defer w.Close(ctx)
+//
+// # What a flow becomes
+//
+// A flow of fixed steps is a declared pipeline: exchange <flow> (direct),
+// a queue <flow>.<step> per step (with its .dlq and .parked) bound under
+// the step's name, and messages carrying x-acemq-route, so that a Java or
+// Ruby AceMQ service can serve an External step. A flow with an Itinerary
+// travels as a routing slip (acemq-routing-slip). When is decided at the
+// hop: the position jumps past skipped steps, which the run records. A
+// delay sends the hop through the scheduler ladder (the run shows as
+// waiting until then). A compensable step gets a compensation queue,
+// <flow>.compensate.<step>.
+//
+// # A step, and what keeps it from running twice
+//
+// Every step runs inside the same handler: a span, metrics, an
+// idempotency claim keyed by (run id, position, step), the step's timeout,
+// and its retry policy on the consumer. The message the step produced is
+// kept under that key before it is sent (patterns.ResultStore), so a
+// redelivery after a lost confirm or a dead connection sends the same
+// message again instead of running the step a second time.
+//
+// # Compensation
+//
+// When a step is given up (its retries spent, or broker.Fatal), the
+// completed steps that have a Compensate are compensated in reverse order,
+// as messages with their own retries: any worker can do it and a restart
+// does not forget it. What each compensation needs travels with the run's
+// messages (the acemq-flow-run header), so it works without a database. A
+// compensation that is given up leaves the run unresolved: logged at
+// error, counted, and listed. A flow with dsl.HoldForReplay keeps a failed
+// run waiting for a replay instead, and compensates it only if nobody
+// replayed it in time.
+//
+// # The journal
+//
+// Every step attempt's final outcome (heard from the consumer's settle
+// hook, not guessed inside the handler), every skip, delay, compensation
+// and replay is recorded in the run journal (package journal), off the hot
+// path in batches and never dropped.
+//
+// Long-lived settings are a Config struct (zero value = defaults);
+// per-call knobs are functional options (StartOption).
 package engine

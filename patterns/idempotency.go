@@ -65,6 +65,7 @@ type Confirmer interface {
 // the message kept, and sends that message again, with the same id, rather
 // than running the step twice. Both shipped stores implement it.
 type ResultStore interface {
+	IdempotencyStore
 	Claimer
 	Confirmer
 	// Complete records key's work as done, as Confirm does, and keeps

@@ -41,8 +41,10 @@ type Writer struct {
 	log *slog.Logger
 
 	queue   chan item
+	closing chan struct{}
 	stop    chan struct{}
 	stopped chan struct{}
+	once    sync.Once
 
 	mu       sync.RWMutex
 	closed   bool
@@ -75,7 +77,7 @@ func NewWriter(j Journal, cfg WriterConfig) (*Writer, error) {
 		cfg.Logger = slog.Default()
 	}
 	w := &Writer{j: j, cfg: cfg, log: cfg.Logger, queue: make(chan item, cfg.Queue),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+		closing: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go w.loop()
 	return w, nil
 }
@@ -84,7 +86,8 @@ func NewWriter(j Journal, cfg WriterConfig) (*Writer, error) {
 func (w *Writer) Journal() Journal { return w.j }
 
 // Record queues events to be written, waiting (bounded by ctx) while the
-// queue is full. It returns ErrWriterClosed after Close.
+// queue is full. It returns ErrWriterClosed once Close has begun, also to
+// a caller that was waiting for room.
 func (w *Writer) Record(ctx context.Context, events ...Event) error {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
@@ -94,6 +97,8 @@ func (w *Writer) Record(ctx context.Context, events ...Event) error {
 	for _, e := range events {
 		select {
 		case w.queue <- item{event: e}:
+		case <-w.closing:
+			return ErrWriterClosed
 		case <-ctx.Done():
 			return fmt.Errorf("journal: queue full: %w", ctx.Err())
 		}
@@ -121,6 +126,9 @@ func (w *Writer) Flush(ctx context.Context) error {
 	}
 	select {
 	case w.queue <- item{done: done}:
+	case <-w.closing:
+		w.mu.RUnlock()
+		return ErrWriterClosed
 	case <-ctx.Done():
 		w.mu.RUnlock()
 		return fmt.Errorf("journal: flush: %w", ctx.Err())
@@ -137,13 +145,16 @@ func (w *Writer) Flush(ctx context.Context) error {
 // Close stops taking events and writes what is queued, bounded by ctx; the
 // error says how many events could not be written by then. Idempotent.
 func (w *Writer) Close(ctx context.Context) error {
-	w.mu.Lock()
-	if !w.closed {
+	w.once.Do(func() {
+		// Release the callers waiting for room first: the lock below waits
+		// for them, and a journal that stopped answering never makes room.
+		close(w.closing)
+		w.mu.Lock()
 		w.closed = true
 		w.closeCtx = ctx
 		close(w.stop)
-	}
-	w.mu.Unlock()
+		w.mu.Unlock()
+	})
 	// The loop bounds what it still writes by the first Close's ctx.
 	<-w.stopped
 	if w.lost > 0 {

@@ -1,0 +1,276 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// What a compensation handler decided, for its settle hook.
+const (
+	compDone       = "compensated" // undone; more may follow
+	compSuperseded = "superseded"  // a held compensation of a run replayed (or compensated) since
+	compGivenUp    = "unresolved"  // given up; the rest still run
+	compNothing    = "nothing"     // compensate-now of a run with nothing to undo
+	compStarted    = "started"     // compensate-now started the chain
+	compRetrying   = "retrying"    // failed; will be retried
+	compBusy       = "busy"        // running elsewhere, or could not pass on; put back
+	compDuplicate  = "duplicate"   // done before and passed on
+	compMalformed  = "malformed"   // no readable compensation state
+	compResent     = "resent"      // done before; its kept next message was sent again
+)
+
+// startCompensation sends the first compensation of a run whose step
+// failed for good: now, or on the ladder after the flow's HoldForReplay.
+// It says which ("started" or "held") and until when a held one waits.
+func (e *Engine) startCompensation(ctx context.Context, f *flow, m *broker.Message, st runState, failed, reason string) (string, time.Time, error) {
+	cs := compState{Failed: failed, Error: journal.Truncate(reason), Replays: replays(m.Headers), Held: f.hold > 0}
+	last := st.Compensate[len(st.Compensate)-1]
+	cs.Remaining = st.Compensate[:len(st.Compensate)-1]
+	out, err := f.compensationMessage(ctx, e.conn, m, last, cs)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	if f.hold > 0 {
+		until := time.Now().Add(f.hold)
+		if err := e.conn.Schedule(ctx, until, out); err != nil {
+			return "", time.Time{}, fmt.Errorf("hold run %s for replay: %w", m.RunID, err)
+		}
+		return "held", until, nil
+	}
+	if err := e.conn.Send(ctx, out); err != nil {
+		return "", time.Time{}, fmt.Errorf("start compensating run %s: %w", m.RunID, err)
+	}
+	return "started", time.Time{}, nil
+}
+
+// compensationMessage is the message that has entry's step undone: its
+// payload is what the step returned, its state says what follows. Its
+// message id is the run's, the replay's and the compensation's, so that a
+// compensation started twice (a redelivered failure, a compensate-now
+// racing a held timer) is one message to the idempotency store.
+func (f *flow) compensationMessage(ctx context.Context, conn *broker.Conn, m *broker.Message, entry compEntry, cs compState) (broker.Outgoing, error) {
+	h, err := jsonHeader(cs)
+	if err != nil {
+		return broker.Outgoing{}, err
+	}
+	headers := carried(m)
+	headers[HeaderCompensation] = h
+	return conn.Prepare(ctx, entry.body(),
+		broker.ToExchange(f.name), broker.To(compensateKey+"."+entry.Step), broker.Mandatory(),
+		broker.CausedBy(m), broker.RunID(m.RunID), broker.FirstSeen(m.FirstSeen),
+		broker.MessageID(fmt.Sprintf("%s/compensate/%d/%d", m.RunID, cs.Replays, cs.K)),
+		broker.Headers(headers), broker.WithCodec(encoded{f.codec.ContentType()}))
+}
+
+// encoded publishes bytes already in a codec's form under its content type.
+type encoded struct{ contentType string }
+
+func (c encoded) ContentType() string { return c.contentType }
+
+func (c encoded) Encode(v any) ([]byte, error) {
+	b, ok := v.([]byte)
+	if !ok {
+		return nil, fmt.Errorf("%w: encoded payload is a %T", broker.ErrInvalidPayload, v)
+	}
+	return b, nil
+}
+
+func (c encoded) Decode([]byte, any) error {
+	return errors.New("encoded: publishing only")
+}
+
+// compRunner works the compensation queue of one step.
+type compRunner struct {
+	e        *Engine
+	f        *flow
+	spec     dsl.StepSpec
+	policy   broker.RetryPolicy
+	queue    string
+	attempts sync.Map // *broker.Message -> *compAttempt
+}
+
+type compAttempt struct {
+	cs     compState
+	result string
+	last   bool
+}
+
+func newCompRunner(e *Engine, f *flow, i int) *compRunner {
+	s := f.steps[i]
+	return &compRunner{e: e, f: f, spec: s, policy: f.compRet[i], queue: f.compensationQueue(s.Name)}
+}
+
+// handle undoes one step, then sends the run on to the compensation of the
+// step that completed before it.
+func (c *compRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
+	a := &compAttempt{result: compMalformed}
+	c.attempts.Store(m, a)
+	found, err := readJSONHeader(m.Headers, HeaderCompensation, &a.cs)
+	if !found || err != nil || m.RunID == "" {
+		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensation of %q: no readable %s and run id (%v)", c.f.name, c.spec.Name, HeaderCompensation, err)))
+	}
+	a.last = len(a.cs.Remaining) == 0
+	if a.cs.Held && a.cs.K == 0 {
+		if stale, err := c.e.superseded(ctx, m.RunID, a.cs.Replays); err != nil {
+			return broker.Retry(err)
+		} else if stale {
+			a.result = compSuperseded
+			return broker.Accept()
+		}
+	}
+	key := fmt.Sprintf("%s/compensate/%d/%d/%s", m.RunID, a.cs.Replays, a.cs.K, c.spec.Name)
+	claim, err := c.e.store.Claim(ctx, key)
+	if err != nil {
+		return broker.Retry(fmt.Errorf("idempotency: claim %q: %w", key, err))
+	}
+	switch claim {
+	case patterns.ClaimClaimed:
+	case patterns.ClaimDuplicate:
+		return c.duplicate(ctx, key, a)
+	default:
+		a.result = compBusy
+		return broker.InProgress(c.e.cfg.InProgressDelay)
+	}
+	c.e.metrics.active(ctx, c.f.name, compensateKey+"."+c.spec.Name, 1)
+	err = c.spec.Compensate(ctx, m.Decode)
+	c.e.metrics.active(ctx, c.f.name, compensateKey+"."+c.spec.Name, -1)
+	if err != nil {
+		return c.failed(ctx, m, key, a, err)
+	}
+	a.result = compDone
+	if a.last {
+		c.e.confirm(ctx, key)
+		return broker.Accept()
+	}
+	out, err := c.next(ctx, m, a.cs)
+	if err != nil {
+		c.e.forget(ctx, key)
+		return broker.Reject(&patterns.HopError{Step: compensateKey + "." + c.spec.Name, Err: broker.Fatal(err)})
+	}
+	return c.e.pass(ctx, key, compensateKey+"."+c.spec.Name, kept{out: out})
+}
+
+// failed retries a compensation that failed, or gives it up: the step is
+// then unresolved, and the compensations before it still run, because
+// stopping would leave more undone.
+func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, a *compAttempt, err error) broker.Ack {
+	c.e.forget(ctx, key)
+	var fatal *broker.FatalError
+	serr := &patterns.StepError{Step: compensateKey + "." + c.spec.Name, Err: err}
+	if !errors.As(err, &fatal) && c.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) == "" {
+		a.result = compRetrying
+		return broker.Retry(serr)
+	}
+	a.result = compGivenUp
+	if !a.last {
+		cs := a.cs
+		cs.Unresolved = append(cs.Unresolved, c.spec.Name)
+		out, nerr := c.next(ctx, m, cs)
+		if nerr == nil {
+			nerr = c.e.conn.Send(ctx, out)
+		}
+		if nerr != nil {
+			// The rest must still run: keep this message, attempt
+			// unchanged, and try again.
+			c.e.log.Warn("the next compensation could not be sent; this one will be tried again",
+				slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.Any("error", nerr))
+			a.result = compBusy
+			return broker.InProgress(c.e.cfg.InProgressDelay)
+		}
+	}
+	c.e.log.Error("compensation given up: the run is unresolved, a person has to look",
+		slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.String("step", c.spec.Name), slog.Any("error", err))
+	return broker.Reject(serr)
+}
+
+// next is the message for the compensation after the one cs belongs to.
+func (c *compRunner) next(ctx context.Context, m *broker.Message, cs compState) (broker.Outgoing, error) {
+	entry := cs.Remaining[len(cs.Remaining)-1]
+	cs.Remaining = cs.Remaining[:len(cs.Remaining)-1]
+	cs.K++
+	cs.Held = false
+	return c.f.compensationMessage(ctx, c.e.conn, m, entry, cs)
+}
+
+func (c *compRunner) duplicate(ctx context.Context, key string, a *compAttempt) broker.Ack {
+	res, ok, err := c.e.store.Result(ctx, key)
+	if err != nil {
+		return broker.Retry(fmt.Errorf("idempotency: result of %q: %w", key, err))
+	}
+	if !ok {
+		a.result = compDuplicate
+		return broker.Accept().As(patterns.IdempotencyOutcomeDuplicate)
+	}
+	k, err := decodeKept(res)
+	if err != nil {
+		return broker.Reject(broker.Fatal(err))
+	}
+	a.result = compResent
+	return c.e.send(ctx, key, compensateKey+"."+c.spec.Name, k)
+}
+
+// superseded reports whether a held compensation of a run is no longer
+// wanted: the run was replayed since it failed, or is no longer failed (a
+// person compensated it already). A run the journal does not know is
+// compensated: without a shared journal, compensating is the safe way.
+func (e *Engine) superseded(ctx context.Context, runID string, replays int) (bool, error) {
+	run, err := e.journal.Run(ctx, runID)
+	switch {
+	case errors.Is(err, journal.ErrRunNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look up run %s before compensating it: %w", runID, err)
+	}
+	return run.Replays > replays || run.Status != journal.Failed, nil
+}
+
+// nowRunner works <flow>.compensate: a failed run's message moved there by
+// Compensate, whose compensations start now.
+type nowRunner struct {
+	e        *Engine
+	f        *flow
+	attempts sync.Map // *broker.Message -> string
+}
+
+func (n *nowRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
+	var st runState
+	if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err != nil || m.RunID == "" {
+		n.attempts.Store(m, compMalformed)
+		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensate now: %s and run id unreadable (%v)", n.f.name, HeaderRun, err)))
+	}
+	if len(st.Compensate) == 0 {
+		n.attempts.Store(m, compNothing)
+		return broker.Accept()
+	}
+	failed := ""
+	if route, pos, _, err := position(m); err == nil {
+		failed = route[pos]
+	}
+	// Moving the message here stamped it as a replay; the run's own count
+	// is one less.
+	h := m.Headers.Clone()
+	h[broker.HeaderReplayCount] = int64(max(replays(m.Headers)-1, 0))
+	moved := *m
+	moved.Headers = h
+	f := *n.f
+	f.hold = 0
+	reason := "compensated on request"
+	if run, err := n.e.journal.Run(ctx, m.RunID); err == nil && run.Error != "" {
+		reason = run.Error
+	}
+	if _, _, err := n.e.startCompensation(ctx, &f, &moved, st, failed, reason); err != nil {
+		n.attempts.Store(m, compBusy)
+		return broker.Retry(err)
+	}
+	n.attempts.Store(m, compStarted)
+	return broker.Accept()
+}

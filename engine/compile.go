@@ -1,0 +1,269 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+)
+
+// compensateKey is the routing key of the queue that takes a failed run's
+// message to be compensated now (acemq-flow compensate), and the prefix of
+// each compensation's own key.
+const compensateKey = dsl.CompensateQueueInfix
+
+// flow is a dsl flow compiled for this engine: its steps with the policies
+// they run under, and its topology.
+type flow struct {
+	def      *dsl.FlowDef
+	name     string
+	steps    []dsl.StepSpec
+	index    map[string]int
+	codec    broker.Codec
+	json     bool
+	retry    []broker.RetryPolicy
+	compRet  []broker.RetryPolicy
+	topology broker.Topology
+	hold     time.Duration
+}
+
+// compile checks that the engine can run def and works out its topology.
+func compile(def *dsl.FlowDef, cfg Config) (*flow, error) {
+	if err := def.Err(); err != nil {
+		return nil, err
+	}
+	f := &flow{def: def, name: def.Name(), steps: def.Steps(), index: map[string]int{}, codec: def.Codec(), hold: def.HoldForReplay()}
+	f.json = f.codec.ContentType() == broker.ContentTypeJSON
+	policy := func(step string, p dsl.RetryPolicy, def broker.RetryPolicy) (broker.RetryPolicy, error) {
+		if p == nil {
+			return def, nil
+		}
+		bp, ok := p.(broker.RetryPolicy)
+		if !ok {
+			return broker.RetryPolicy{}, &dsl.BuildError{Flow: f.name, Step: step,
+				Err: fmt.Errorf("retry policy %T: the engine runs broker.RetryPolicy values (broker.Exponential, broker.Constant, ...)", p)}
+		}
+		return bp, nil
+	}
+	f.topology = broker.Topology{Exchanges: []broker.Exchange{{Name: f.name, Kind: "direct", Durable: true}}}
+	for i, s := range f.steps {
+		f.index[s.Name] = i
+		r, err := policy(s.Name, s.Retry, *cfg.Retry)
+		if err != nil {
+			return nil, err
+		}
+		cr, err := policy(s.Name, s.CompensateRetry, r)
+		if err != nil {
+			return nil, err
+		}
+		f.retry, f.compRet = append(f.retry, r), append(f.compRet, cr)
+		f.bind(f.queue(s.Name), s.Name)
+		if s.Compensable {
+			f.bind(f.compensationQueue(s.Name), compensateKey+"."+s.Name)
+		}
+	}
+	f.bind(f.compensateNowQueue(), compensateKey)
+	return f, nil
+}
+
+// bind adds queue, declared as a consumer declares it, bound to the flow's
+// exchange under key.
+func (f *flow) bind(queue, key string) {
+	f.topology = f.topology.Merge(broker.ConsumerTopology(queue))
+	f.topology.Bindings = append(f.topology.Bindings, broker.Binding{Queue: queue, Exchange: f.name, Key: key})
+}
+
+// queue is the queue of a step: <flow>.<step>.
+func (f *flow) queue(step string) string { return f.name + "." + step }
+
+// compensationQueue is the queue of a step's compensation.
+func (f *flow) compensationQueue(step string) string {
+	return f.name + "." + compensateKey + "." + step
+}
+
+// compensateNowQueue takes failed runs' messages to be compensated now.
+func (f *flow) compensateNowQueue() string { return f.name + "." + compensateKey }
+
+// deadLetterQueues are where a run of the flow can be given up.
+func (f *flow) deadLetterQueues() []string {
+	var out []string
+	for _, s := range f.steps {
+		if !s.External {
+			out = append(out, f.queue(s.Name)+broker.DeadLetterSuffix)
+		}
+	}
+	return out
+}
+
+// FlowInfo describes what a flow became: for a person (acemq-flow flows
+// show) and for scripts (its JSON).
+type FlowInfo struct {
+	Name string `json:"name"`
+	// Form is "pipeline" (x-acemq-route) or "routing slip" (an itinerary
+	// chosen per run).
+	Form     string `json:"form"`
+	Exchange string `json:"exchange"`
+	// Input is the Go type a run starts with.
+	Input string     `json:"input"`
+	Steps []StepInfo `json:"steps"`
+	// HoldForReplay is how long a failed run waits for a replay before it
+	// is compensated ("" when it compensates at once).
+	HoldForReplay string `json:"hold_for_replay,omitempty"`
+	// CompensateQueue takes failed runs to compensate now.
+	CompensateQueue string `json:"compensate_queue"`
+	// ExamplePayload is the flow's dsl.Example, for starting a run by hand.
+	ExamplePayload json.RawMessage `json:"example_payload,omitempty"`
+}
+
+// StepInfo describes one step of a FlowInfo.
+type StepInfo struct {
+	Name       string `json:"name"`
+	Queue      string `json:"queue"`
+	External   bool   `json:"external,omitempty"`
+	When       string `json:"when,omitempty"`
+	Delay      string `json:"delay,omitempty"`
+	DelayUntil string `json:"delay_until,omitempty"`
+	Retry      string `json:"retry"`
+	Timeout    string `json:"timeout,omitempty"`
+	// Compensation is the compensation's queue ("" for none).
+	Compensation      string `json:"compensation,omitempty"`
+	CompensationRetry string `json:"compensation_retry,omitempty"`
+	OrderedBy         string `json:"ordered_by,omitempty"`
+	Concurrency       int    `json:"concurrency,omitempty"`
+	Prefetch          int    `json:"prefetch,omitempty"`
+	Input             string `json:"input,omitempty"`
+	Output            string `json:"output,omitempty"`
+}
+
+// Flows describes every registered flow, in registration order.
+func (e *Engine) Flows() []FlowInfo {
+	fs := e.registered()
+	out := make([]FlowInfo, len(fs))
+	for i, f := range fs {
+		out[i] = f.info(e.cfg)
+	}
+	return out
+}
+
+// Flow describes the registered flow called name.
+func (e *Engine) Flow(name string) (FlowInfo, error) {
+	f, err := e.flow(name)
+	if err != nil {
+		return FlowInfo{}, err
+	}
+	return f.info(e.cfg), nil
+}
+
+func (f *flow) info(cfg Config) FlowInfo {
+	fi := FlowInfo{Name: f.name, Form: "pipeline", Exchange: f.name, Input: fmt.Sprint(f.def.Input()), CompensateQueue: f.compensateNowQueue()}
+	if f.def.HasItinerary() {
+		fi.Form = "routing slip"
+	}
+	if f.hold > 0 {
+		fi.HoldForReplay = f.hold.String()
+	}
+	if ex, ok := f.def.Example(); ok {
+		if b, err := json.Marshal(ex); err == nil {
+			fi.ExamplePayload = b
+		}
+	}
+	for i, s := range f.steps {
+		si := StepInfo{Name: s.Name, Queue: f.queue(s.Name), External: s.External}
+		if !s.External {
+			si.Retry = f.retry[i].String()
+			si.Concurrency, si.Prefetch = f.concurrency(s, cfg), f.prefetch(s, cfg)
+			si.Input, si.Output = fmt.Sprint(s.In), fmt.Sprint(s.Out)
+		}
+		if s.When != nil {
+			si.When = s.When.String()
+		}
+		if s.Delay > 0 {
+			si.Delay = s.Delay.String()
+		}
+		if s.DelayUntil != nil {
+			si.DelayUntil = s.DelayUntil.String()
+		}
+		if s.Timeout > 0 {
+			si.Timeout = s.Timeout.String()
+		}
+		if s.Compensable {
+			si.Compensation = f.compensationQueue(s.Name)
+			si.CompensationRetry = f.compRet[i].String()
+		}
+		switch {
+		case s.OrderKey != nil:
+			si.OrderedBy = s.OrderKey.String()
+		case s.OrderHeader != "":
+			si.OrderedBy = "header " + s.OrderHeader
+		}
+		fi.Steps = append(fi.Steps, si)
+	}
+	return fi
+}
+
+func (f *flow) concurrency(s dsl.StepSpec, cfg Config) int {
+	if s.Concurrency > 0 {
+		return s.Concurrency
+	}
+	return cfg.Concurrency
+}
+
+func (f *flow) prefetch(s dsl.StepSpec, cfg Config) int {
+	if s.Prefetch > 0 {
+		return s.Prefetch
+	}
+	// Enough to keep every handler busy while moves are confirmed.
+	return max(cfg.Conn.Config().Prefetch, 2*f.concurrency(s, cfg))
+}
+
+// hop is where a run goes after the step at pos produced payload: the
+// next step to run (past those whose When is false), when, and what was
+// skipped on the way.
+type hop struct {
+	// next is the position of the next step, len(route) when the route is
+	// done.
+	next    int
+	skipped []int
+	// due is when the hop is to arrive (zero: at once).
+	due time.Time
+}
+
+// plan works out the hop after position pos of route for payload, at now.
+// A condition or a delay that cannot be evaluated is an error: it is the
+// same on every retry, so the caller gives the run up.
+func (f *flow) plan(route []string, pos int, payload any, now time.Time) (hop, error) {
+	h := hop{next: pos + 1}
+	for ; h.next < len(route); h.next++ {
+		s := f.steps[f.index[route[h.next]]]
+		if s.When == nil {
+			break
+		}
+		ok, err := s.When.Bool(payload)
+		if err != nil {
+			return h, fmt.Errorf("When of step %q: %w", s.Name, err)
+		}
+		if ok {
+			break
+		}
+		h.skipped = append(h.skipped, h.next)
+	}
+	if h.next == len(route) {
+		return h, nil
+	}
+	s := f.steps[f.index[route[h.next]]]
+	switch {
+	case s.Delay > 0:
+		h.due = now.Add(s.Delay)
+	case s.DelayUntil != nil:
+		at, err := s.DelayUntil.Time(payload)
+		if err != nil {
+			return h, fmt.Errorf("DelayUntil before step %q: %w", s.Name, err)
+		}
+		if at.After(now) {
+			h.due = at
+		}
+	}
+	return h, nil
+}

@@ -1,0 +1,241 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// Defaults of Config.
+const (
+	// DefaultConcurrency is how many runs one worker works on at once in
+	// each step, unless the step says otherwise.
+	DefaultConcurrency = 8
+	// DefaultIdempotencyWindow is how long the engine's default in-memory
+	// store remembers a step it ran: long enough for any redelivery, short
+	// enough that a busy worker does not fill its memory with keys.
+	DefaultIdempotencyWindow = 15 * time.Minute
+)
+
+// Config configures an Engine. The zero value is not usable (Conn is
+// required); every other field has a default.
+type Config struct {
+	// Conn is the broker connection runs are published and consumed on.
+	Conn *broker.Conn
+	// Journal records runs (nil = an in-memory journal of this process).
+	Journal journal.Journal
+	// Writer configures the batching writer in front of Journal.
+	Writer journal.WriterConfig
+	// Store remembers which steps ran, and keeps what a step produced until
+	// it is sent on (nil = in memory, DefaultIdempotencyWindow: right for
+	// one worker; give several workers a shared one, such as
+	// persistence.SQLIdempotencyStore).
+	Store patterns.ResultStore
+	// Logger receives the engine's logs (nil = the connection's).
+	Logger *slog.Logger
+	// MeterProvider and TracerProvider receive metrics and spans (nil =
+	// the connection's, or the otel globals).
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	// Retry is the retry policy of steps that set none (nil =
+	// broker.DefaultRetry()).
+	Retry *broker.RetryPolicy
+	// Concurrency is a step's concurrency when it sets none (0 = 8).
+	Concurrency int
+	// CloseTimeout bounds a worker's drain (0 = the connection's
+	// CloseTimeout).
+	CloseTimeout time.Duration
+	// InProgressDelay is how long a step found running elsewhere waits
+	// before it is looked at again (0 = the connection's).
+	InProgressDelay time.Duration
+}
+
+// Engine compiles and runs flows on one connection. Register flows, then
+// Start runs (from any process) and StartWorker (in the processes that work
+// them). It is safe for concurrent use. Close it to flush its journal.
+type Engine struct {
+	cfg     Config
+	conn    *broker.Conn
+	log     *slog.Logger
+	journal journal.Journal
+	writer  *journal.Writer
+	store   patterns.ResultStore
+	metrics *metrics
+	tracer  trace.Tracer
+
+	mu    sync.RWMutex
+	flows map[string]*flow
+	order []string
+}
+
+// New returns an engine on cfg.Conn. It refuses a nil connection and
+// out-of-range settings with an error matching ErrInvalidConfig.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Conn == nil {
+		return nil, fmt.Errorf("%w: nil connection", ErrInvalidConfig)
+	}
+	if cfg.Concurrency < 0 || cfg.CloseTimeout < 0 || cfg.InProgressDelay < 0 {
+		return nil, fmt.Errorf("%w: negative concurrency or duration", ErrInvalidConfig)
+	}
+	if cfg.Retry != nil {
+		if err := cfg.Retry.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	} else {
+		r := broker.DefaultRetry()
+		cfg.Retry = &r
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	cc := cfg.Conn.Config()
+	if cfg.CloseTimeout == 0 {
+		cfg.CloseTimeout = cc.CloseTimeout
+	}
+	if cfg.InProgressDelay == 0 {
+		cfg.InProgressDelay = cc.InProgressDelay
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = cfg.Conn.Logger()
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = cc.MeterProvider
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = cc.TracerProvider
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	if cfg.Journal == nil {
+		j, err := journal.NewMemory(0)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Journal = j
+	}
+	if cfg.Store == nil {
+		s, err := patterns.NewInMemoryIdempotencyStore(DefaultIdempotencyWindow)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Store = s
+	}
+	m, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Writer.Logger == nil {
+		cfg.Writer.Logger = cfg.Logger
+	}
+	w, err := journal.NewWriter(cfg.Journal, cfg.Writer)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Engine{
+		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, writer: w, store: cfg.Store,
+		metrics: m, tracer: cfg.TracerProvider.Tracer(instrumentation), flows: map[string]*flow{},
+	}, nil
+}
+
+// instrumentation is the name the engine's metrics and spans are reported
+// under.
+const instrumentation = "github.com/acemq/acemq-flow/engine"
+
+// Register compiles flows and makes them known to the engine: Start can
+// start them and StartWorker works them. It refuses a flow that was not
+// built (its dsl.BuildError), one whose retry policies or codec the engine
+// cannot run, and a name already registered (ErrFlowRegistered); nothing
+// is registered then.
+func (e *Engine) Register(flows ...*dsl.FlowDef) error {
+	compiled := make([]*flow, 0, len(flows))
+	for i, def := range flows {
+		if def == nil {
+			return fmt.Errorf("%w: flow %d is nil", ErrInvalidConfig, i)
+		}
+		f, err := compile(def, e.cfg)
+		if err != nil {
+			return err
+		}
+		compiled = append(compiled, f)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, f := range compiled {
+		if _, dup := e.flows[f.name]; dup || slices.ContainsFunc(compiled[:i], func(o *flow) bool { return o.name == f.name }) {
+			return fmt.Errorf("%w: %q", ErrFlowRegistered, f.name)
+		}
+	}
+	for _, f := range compiled {
+		e.flows[f.name] = f
+		e.order = append(e.order, f.name)
+	}
+	return nil
+}
+
+// flow returns the registered flow called name.
+func (e *Engine) flow(name string) (*flow, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	f, ok := e.flows[name]
+	if !ok {
+		known := slices.Clone(e.order)
+		slices.Sort(known)
+		return nil, fmt.Errorf("%w: %q (registered: %v)", ErrUnknownFlow, name, known)
+	}
+	return f, nil
+}
+
+// registered is every registered flow, in registration order.
+func (e *Engine) registered() []*flow {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]*flow, len(e.order))
+	for i, n := range e.order {
+		out[i] = e.flows[n]
+	}
+	return out
+}
+
+// Conn is the engine's connection.
+func (e *Engine) Conn() *broker.Conn { return e.conn }
+
+// Journal is the journal the engine records runs in, for reading.
+func (e *Engine) Journal() journal.Journal { return e.journal }
+
+// Flush waits until every event recorded so far is in the journal, bounded
+// by ctx: what a command that started a run and is about to exit needs.
+func (e *Engine) Flush(ctx context.Context) error { return e.writer.Flush(ctx) }
+
+// Close writes what the journal writer still holds, bounded by ctx (the
+// engine's CloseTimeout when ctx has none), and stops it. Workers should
+// be closed first. It does not close the connection, which the caller
+// owns. Idempotent.
+func (e *Engine) Close(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.cfg.CloseTimeout)
+		defer cancel()
+	}
+	err := e.writer.Close(ctx)
+	if errors.Is(err, journal.ErrWriterClosed) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// Headers the engine writes on a run's messages, beside the contract's
+// (docs/wire.md, "The engine"). They are application headers, so that an
+// AceMQ service serving an External step carries them on as it carries
+// any other.
+const (
+	// HeaderRun is the run's state that travels with it: the log of what
+	// to compensate, should a later step be given up.
+	HeaderRun = "acemq-flow-run"
+	// HeaderCompensation is on a compensation's message: why the run is
+	// being compensated and what is left to undo.
+	HeaderCompensation = "acemq-flow-compensation"
+)
+
+// runState is the acemq-flow-run header.
+type runState struct {
+	// Compensate lists the completed steps that have a compensation, in
+	// the order they completed, each with what it returned.
+	Compensate []compEntry `json:"compensate,omitempty"`
+}
+
+// compEntry is one step to compensate and the payload its compensation
+// gets: raw JSON when the flow's codec is JSON (readable in a management
+// console), base64 otherwise.
+type compEntry struct {
+	Step   string          `json:"step"`
+	Data   json.RawMessage `json:"data,omitempty"`
+	Data64 []byte          `json:"data64,omitempty"`
+}
+
+func (c compEntry) body() []byte {
+	if c.Data != nil {
+		return c.Data
+	}
+	return c.Data64
+}
+
+// compState is the acemq-flow-compensation header.
+type compState struct {
+	// Failed is the step that was given up, Error why.
+	Failed string `json:"failed_step"`
+	Error  string `json:"error"`
+	// Remaining is what is still to compensate after this message's step,
+	// in the order the steps completed (the last is next).
+	Remaining []compEntry `json:"remaining,omitempty"`
+	// Unresolved lists the steps whose compensation was given up so far.
+	Unresolved []string `json:"unresolved,omitempty"`
+	// K counts the compensations of the run before this one.
+	K int `json:"k"`
+	// Replays is the run's replay count when it failed.
+	Replays int `json:"replays"`
+	// Held marks a compensation sent on a HoldForReplay timer: it is
+	// dropped if the run was replayed (or compensated) meanwhile.
+	Held bool `json:"held,omitempty"`
+}
+
+// readJSONHeader decodes header name of h into v; absent is no error.
+func readJSONHeader(h broker.Table, name string, v any) (bool, error) {
+	raw, ok := h[name]
+	if !ok {
+		return false, nil
+	}
+	var b []byte
+	switch x := raw.(type) {
+	case string:
+		b = []byte(x)
+	case []byte:
+		b = x
+	default:
+		return true, fmt.Errorf("header %s is a %T, want a JSON string", name, raw)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return true, fmt.Errorf("header %s: %w", name, err)
+	}
+	return true, nil
+}
+
+func jsonHeader(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// replays is how many times the message's run was replayed: the
+// acemq-replay-count a replay stamps, which a run's hops carry on.
+func replays(h broker.Table) int {
+	n, _ := transport.Int(h[broker.HeaderReplayCount])
+	return int(max(n, 0))
+}
+
+// hopDropped are the input's headers a hop does not carry besides the
+// broker's own (broker.StripBrokerHeaders): the trace context its own
+// publish writes, the stamps of a replay that describe that one copy
+// (acemq-replay-count stays: it is how many times the run was replayed),
+// and the headers the hop writes afresh.
+var hopDropped = []string{
+	"traceparent", "tracestate",
+	broker.HeaderReplayedFrom, broker.HeaderReplayedAt,
+	broker.HeaderRoutingSlip, HeaderRun, HeaderCompensation,
+}
+
+// carried is the headers of m a message that continues its run carries.
+func carried(m *broker.Message) broker.Table {
+	h := m.Headers.Clone()
+	if h == nil {
+		h = broker.Table{}
+	}
+	broker.StripBrokerHeaders(h)
+	for _, k := range hopDropped {
+		delete(h, k)
+	}
+	return h
+}
+
+// kept is what the idempotency store holds for a step whose work is done:
+// the message it produced and when that message is due (zero: at once),
+// so that a redelivery sends exactly it again.
+type kept struct {
+	due time.Time
+	out broker.Outgoing
+}
+
+func (k kept) encode() ([]byte, error) {
+	b, err := k.out.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	var due int64
+	if !k.due.IsZero() {
+		due = k.due.UnixMilli()
+	}
+	out := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(b)), uint64(due))
+	return append(out, b...), nil
+}
+
+func decodeKept(b []byte) (kept, error) {
+	if len(b) < 8 {
+		return kept{}, fmt.Errorf("%w: kept hop of %d bytes", broker.ErrUnreadableEnvelope, len(b))
+	}
+	var k kept
+	if due := int64(binary.BigEndian.Uint64(b)); due != 0 {
+		k.due = time.UnixMilli(due)
+	}
+	if err := k.out.UnmarshalBinary(b[8:]); err != nil {
+		return kept{}, err
+	}
+	k.out.Mandatory = true
+	return k, nil
+}
+
+// position reads where m is in its run: the route's step names and the
+// index of the step m is addressed to, and the slip when it travels as
+// one.
+func position(m *broker.Message) (route []string, pos int, slip *patterns.RoutingSlip, err error) {
+	if m.Route != nil {
+		if _, hasSlip := m.Headers[broker.HeaderRoutingSlip]; !hasSlip {
+			return m.Route, m.RoutePosition, nil, nil
+		}
+	}
+	slip, err = patterns.SlipFrom(m)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	for _, s := range slip.Done() {
+		route = append(route, s.Name)
+	}
+	pos = len(route)
+	for _, s := range slip.Itinerary() {
+		route = append(route, s.Name)
+	}
+	return route, pos, slip, nil
+}

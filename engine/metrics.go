@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/acemq/acemq-flow/broker"
+)
+
+// Outcomes of a run leaving its flow, on acemq.pipeline.run.total: the
+// seed's completed and ended_early, and the run given up.
+const (
+	RunCompleted  = "completed"
+	RunEndedEarly = "ended_early"
+	RunFailed     = "failed"
+)
+
+// metrics are the engine's instruments. Run id, attempt and payload never
+// become labels: they would make a series per run.
+type metrics struct {
+	runTotal     metric.Int64Counter
+	runDuration  metric.Float64Histogram
+	stepDuration metric.Float64Histogram
+	stepsActive  metric.Int64UpDownCounter
+	runsStarted  metric.Int64Counter
+	compensation metric.Int64Counter
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	m := mp.Meter(instrumentation)
+	buckets := metric.WithExplicitBucketBoundaries(broker.DurationBuckets()...)
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var out metrics
+	var err error
+	out.runTotal, err = m.Int64Counter("acemq.pipeline.run.total",
+		metric.WithDescription("Runs that left their flow, by flow (pipeline), the step they left at and outcome."))
+	add(err)
+	out.runDuration, err = m.Float64Histogram("acemq.pipeline.run.duration", metric.WithUnit("s"), buckets,
+		metric.WithDescription("Age of a run (since x-acemq-first-seen) when it left its flow."))
+	add(err)
+	out.stepDuration, err = m.Float64Histogram("acemq.flow.step.duration", metric.WithUnit("s"), buckets,
+		metric.WithDescription("Time a step's function took, by flow, step and outcome (completed, failed)."))
+	add(err)
+	out.stepsActive, err = m.Int64UpDownCounter("acemq.flow.steps.active",
+		metric.WithDescription("Step functions running now in this process, by flow and step."))
+	add(err)
+	out.runsStarted, err = m.Int64Counter("acemq.flow.runs.started",
+		metric.WithDescription("Runs started from this process, by flow."))
+	add(err)
+	out.compensation, err = m.Int64Counter("acemq.flow.compensation.total",
+		metric.WithDescription("Compensations settled, by flow, step and outcome (compensated, retried, unresolved)."))
+	add(err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("create engine instruments: %w", err)
+	}
+	return &out, nil
+}
+
+func (m *metrics) left(ctx context.Context, flow, step, outcome string, age time.Duration) {
+	m.runTotal.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("pipeline", flow), attribute.String("step", step), attribute.String("outcome", outcome)))
+	m.runDuration.Record(ctx, age.Seconds(), metric.WithAttributes(attribute.String("pipeline", flow)))
+}
+
+func (m *metrics) step(ctx context.Context, flow, step, outcome string, took time.Duration) {
+	m.stepDuration.Record(ctx, took.Seconds(), metric.WithAttributes(
+		attribute.String("flow", flow), attribute.String("step", step), attribute.String("outcome", outcome)))
+}
+
+func (m *metrics) active(ctx context.Context, flow, step string, n int64) {
+	m.stepsActive.Add(ctx, n, metric.WithAttributes(attribute.String("flow", flow), attribute.String("step", step)))
+}
+
+func (m *metrics) started(ctx context.Context, flow string) {
+	m.runsStarted.Add(ctx, 1, metric.WithAttributes(attribute.String("flow", flow)))
+}
+
+func (m *metrics) compensated(ctx context.Context, flow, step, outcome string) {
+	m.compensation.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("flow", flow), attribute.String("step", step), attribute.String("outcome", outcome)))
+}

@@ -1,0 +1,254 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/engine/journal"
+)
+
+// record hands events to the journal writer. It waits while the writer's
+// queue is full (backpressure on the consumer that settled them) and only
+// gives up when the writer is closed, which the worker does last.
+func (e *Engine) record(ctx context.Context, events ...journal.Event) {
+	if len(events) == 0 {
+		return
+	}
+	if err := e.writer.Record(withoutCancel(ctx), events...); err != nil {
+		e.log.Error("journal events not recorded", slog.Int("events", len(events)), slog.String("run_id", events[0].RunID), slog.Any("error", err))
+	}
+}
+
+// settled records what became of one delivery of a step, once its
+// consumer carried it out.
+func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
+	m := s.Message
+	if m == nil {
+		return
+	}
+	var a *attempt
+	if v, ok := r.attempts.LoadAndDelete(m); ok {
+		a = v.(*attempt)
+	}
+	if m.RunID == "" {
+		return
+	}
+	if a == nil {
+		// Given up (or parked) before the handler ran.
+		a = &attempt{replays: replays(m.Headers), result: resultFailed}
+		a.route, a.pos, _, _ = position(m)
+	}
+	now := time.Now()
+	base := journal.Event{
+		RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: r.spec.Name, Attempt: m.Attempt,
+		StartedAt: s.Started, EndedAt: now, Queue: r.queue, Replays: a.replays, RunStep: r.spec.Name,
+		Seq: journal.Seq(a.replays, a.pos+1, m.Attempt, 2), Key: fmt.Sprintf("step/%d/%d/%d", a.replays, a.pos, m.Attempt),
+	}
+	var events []journal.Event
+	if a.pos > 0 && a.pos < len(a.route) && r.f.external(a.route[a.pos-1]) {
+		// The run came back from a step another service served.
+		prev := a.route[a.pos-1]
+		events = append(events, journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: prev,
+			Outcome: "completed", StartedAt: m.Timestamp, EndedAt: m.Timestamp, Queue: r.f.queue(prev),
+			Seq: journal.Seq(a.replays, a.pos, 0, 3), Key: fmt.Sprintf("external/%d/%d", a.replays, a.pos-1)})
+	}
+	switch s.Outcome {
+	case broker.OutcomeLabelAccepted:
+		events = append(events, r.accepted(ctx, m, a, base, now)...)
+	case broker.OutcomeLabelRetried:
+		base.Outcome, base.Status, base.Error = "retried", journal.Running, errText(s.Err)
+		due := now.Add(s.Delay)
+		base.DueAt = &due
+		events = append(events, base)
+	case broker.OutcomeLabelDeadLettered, broker.OutcomeLabelParked:
+		events = append(events, r.givenUp(ctx, m, a, base, s)...)
+	default:
+		// Put back or unsettled: it comes again, and is recorded then.
+		return
+	}
+	r.e.record(ctx, events...)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// accepted records a step that ran (or was passed on again): the run goes
+// on, waits, is handed to another service, or has ended.
+func (r *stepRunner) accepted(ctx context.Context, m *broker.Message, a *attempt, base journal.Event, now time.Time) []journal.Event {
+	base.Outcome, base.Status = "completed", journal.Running
+	switch a.result {
+	case resultDuplicate:
+		return nil
+	case resultEnded:
+		base.Outcome, base.Status = "ended", journal.Ended
+		r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunEndedEarly, time.Since(m.FirstSeen))
+		return []journal.Event{base}
+	case resultDone:
+		base.Status = journal.Completed
+		r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunCompleted, time.Since(m.FirstSeen))
+		return append([]journal.Event{base}, r.skips(m, a, now)...)
+	case resultResent:
+		base.RunStep = a.resentTo
+		if a.plan.due.After(now) {
+			base.Status, base.DueAt = journal.Waiting, &a.plan.due
+		}
+		return []journal.Event{base}
+	}
+	next := a.route[a.plan.next]
+	base.RunStep = next
+	events := append([]journal.Event{base}, r.skips(m, a, now)...)
+	stage := a.plan.next + 1
+	if !a.plan.due.IsZero() {
+		due := a.plan.due
+		events = append(events, journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindDelay, Step: next,
+			Outcome: "waiting", StartedAt: now, EndedAt: now, DueAt: &due, Status: journal.Waiting, RunStep: next,
+			Replays: a.replays, Seq: journal.Seq(a.replays, stage, 0, 0), Key: fmt.Sprintf("delay/%d/%d", a.replays, a.plan.next)})
+	}
+	if r.f.external(next) {
+		// From here another service has the run: the engine only sees it
+		// again at the step after, if there is one.
+		h := journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindHandOff, Step: next,
+			Outcome: "handed off", StartedAt: now, EndedAt: now, Queue: r.f.queue(next), Status: journal.Running, RunStep: next,
+			Replays: a.replays, Seq: journal.Seq(a.replays, stage, 0, 1), Key: fmt.Sprintf("handoff/%d/%d", a.replays, a.plan.next)}
+		if a.plan.next == len(a.route)-1 {
+			h.Status = journal.Completed
+			r.e.metrics.left(ctx, r.f.name, next, RunCompleted, time.Since(m.FirstSeen))
+		}
+		events = append(events, h)
+	}
+	return events
+}
+
+// skips records the steps the hop jumped over.
+func (r *stepRunner) skips(m *broker.Message, a *attempt, now time.Time) []journal.Event {
+	var out []journal.Event
+	for _, p := range a.plan.skipped {
+		out = append(out, journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindSkip, Step: a.route[p],
+			Outcome: "skipped", StartedAt: now, EndedAt: now, Queue: r.f.queue(a.route[p]),
+			Seq: journal.Seq(a.replays, p+1, 0, 1), Key: fmt.Sprintf("skip/%d/%d", a.replays, p)})
+	}
+	return out
+}
+
+// givenUp records a step the consumer gave up: the run has failed, and is
+// being compensated, or held for a replay, or just failed.
+func (r *stepRunner) givenUp(ctx context.Context, m *broker.Message, a *attempt, base journal.Event, s broker.Settlement) []journal.Event {
+	base.Outcome, base.Status, base.Error = "failed", journal.Failed, s.Reason
+	base.DeadLetter = r.queue + broker.DeadLetterSuffix
+	if s.Outcome == broker.OutcomeLabelParked {
+		base.Outcome, base.DeadLetter = "parked", r.queue+broker.ParkedSuffix
+	}
+	if a.compensation == "" && s.Outcome == broker.OutcomeLabelDeadLettered {
+		// Given up where the handler did not expect it (before it ran, or
+		// a retry the ladder refused): start the compensation now.
+		var st runState
+		if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err == nil && len(st.Compensate) > 0 {
+			kind, until, err := r.e.startCompensation(ctx, r.f, m, st, r.spec.Name, s.Reason)
+			if err != nil {
+				r.e.log.Error("a failed run's compensation could not be started; run acemq-flow compensate on it",
+					slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", err))
+			}
+			a.compensation, a.holdUntil = kind, until
+		}
+	}
+	switch a.compensation {
+	case "started":
+		base.Status = journal.Compensating
+	case "held":
+		until := a.holdUntil
+		base.DueAt = &until
+	}
+	r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunFailed, time.Since(m.FirstSeen))
+	return []journal.Event{base}
+}
+
+// external reports whether the step called name is served elsewhere.
+func (f *flow) external(name string) bool {
+	i, ok := f.index[name]
+	return ok && f.steps[i].External
+}
+
+// settled records what became of one delivery of a compensation.
+func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
+	m := s.Message
+	if m == nil {
+		return
+	}
+	v, ok := c.attempts.LoadAndDelete(m)
+	if !ok || m.RunID == "" {
+		return
+	}
+	a := v.(*compAttempt)
+	if a.result == compMalformed || a.result == compDuplicate || a.result == compBusy {
+		return
+	}
+	now := time.Now()
+	e := journal.Event{
+		RunID: m.RunID, Flow: c.f.name, Kind: journal.KindCompensation, Step: c.spec.Name, Attempt: m.Attempt,
+		StartedAt: s.Started, EndedAt: now, Queue: c.queue, Replays: a.cs.Replays, RunStep: c.spec.Name,
+		Error:   a.cs.Error,
+		Seq:     journal.Seq(a.cs.Replays, journal.CompensationStage+a.cs.K, m.Attempt, 2),
+		Key:     fmt.Sprintf("compensation/%d/%d/%d", a.cs.Replays, a.cs.K, m.Attempt),
+		Outcome: "compensated", Status: journal.Compensating,
+	}
+	unresolved := len(a.cs.Unresolved) > 0
+	switch {
+	case a.result == compSuperseded:
+		e.Outcome, e.Status = "not needed: the run was replayed or compensated meanwhile", ""
+		e.Error = ""
+	case s.Outcome == broker.OutcomeLabelRetried:
+		e.Outcome, e.Error = "retried", errText(s.Err)
+		due := now.Add(s.Delay)
+		e.DueAt = &due
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "retried")
+	case s.Outcome == broker.OutcomeLabelDeadLettered || s.Outcome == broker.OutcomeLabelParked:
+		e.Outcome, e.Error = "compensation_failed", s.Reason
+		e.DeadLetter = c.queue + broker.DeadLetterSuffix
+		unresolved = true
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "unresolved")
+	case s.Outcome == broker.OutcomeLabelAccepted:
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "compensated")
+	default:
+		return
+	}
+	if a.last && e.Status != "" && s.Outcome != broker.OutcomeLabelRetried {
+		e.Status = journal.Compensated
+		if unresolved {
+			e.Status = journal.Unresolved
+		}
+	}
+	c.e.record(ctx, e)
+}
+
+// settled records a compensate-now request.
+func (n *nowRunner) settled(ctx context.Context, s broker.Settlement) {
+	m := s.Message
+	if m == nil {
+		return
+	}
+	v, ok := n.attempts.LoadAndDelete(m)
+	if !ok || m.RunID == "" || s.Outcome != broker.OutcomeLabelAccepted {
+		return
+	}
+	now := time.Now()
+	r := max(replays(m.Headers)-1, 0)
+	e := journal.Event{RunID: m.RunID, Flow: n.f.name, Kind: journal.KindCompensation, Outcome: "compensation started on request",
+		StartedAt: s.Started, EndedAt: now, Queue: n.f.compensateNowQueue(), Replays: r,
+		Seq: journal.Seq(r, journal.CompensationStage-1, 0, 0), Key: fmt.Sprintf("compensate-now/%d", r)}
+	switch v.(string) {
+	case compStarted:
+		e.Status = journal.Compensating
+	case compNothing:
+		e.Outcome = "nothing to compensate"
+	default:
+		return
+	}
+	n.e.record(ctx, e)
+}

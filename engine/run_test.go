@@ -1,0 +1,254 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/brokertest"
+)
+
+func appendStep(fx *effects, name string) func(context.Context, Order) (Order, error) {
+	return func(ctx context.Context, o Order) (Order, error) {
+		m, _ := broker.Handling(ctx)
+		fx.add(m.RunID, name)
+		o.Trail = append(o.Trail, name)
+		return o, nil
+	}
+}
+
+// TestHappyPath: a run goes through its steps in order, each getting what
+// the one before returned, and the journal shows it completed.
+func TestHappyPath(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		var last Order
+		done := make(chan struct{})
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("validate", appendStep(ef, "validate")),
+			dsl.Step("charge", appendStep(ef, "charge")),
+			dsl.Step("ship", func(ctx context.Context, o Order) (Order, error) {
+				o.Trail = append(o.Trail, "ship")
+				last = o
+				close(done)
+				return o, nil
+			})))
+		fx.work()
+		run := fx.start(Order{ID: "o-1", Amount: 42})
+		brokertest.Next(t, done, 10*time.Second)
+		require.Equal(t, []string{"validate", "charge", "ship"}, last.Trail)
+		require.Equal(t, 42, last.Amount)
+		r := fx.waitStatus(run, journal.Completed, 10*time.Second)
+		require.Equal(t, "ship", r.Step)
+		require.JSONEq(t, `{"id":"o-1","amount":42,"digital":false,"Trail":null}`, string(r.Input))
+		require.NotNil(t, r.EndedAt)
+		require.Equal(t, []string{"start::started", "step:validate:completed", "step:charge:completed", "step:ship:completed"}, fx.outcomes(run))
+		require.Equal(t, 1, ef.get(run, "validate"))
+	})
+}
+
+// TestRetryThenSuccess: a step that fails is retried by its policy through
+// the ladder, and the run completes; the timeline shows the retry.
+func TestRetryThenSuccess(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", func(ctx context.Context, o Order) (Order, error) {
+				m, _ := broker.Handling(ctx)
+				if ef.add(m.RunID, "charge") < 3 {
+					return o, errors.New("gateway timeout")
+				}
+				return o, nil
+			}).Retry(broker.Constant(5, 0))))
+		fx.work()
+		run := fx.start(Order{ID: "o-2"})
+		r := fx.waitStatus(run, journal.Completed, 10*time.Second)
+		require.Empty(t, r.Error)
+		require.Equal(t, []string{"start::started", "step:charge:retried", "step:charge:retried", "step:charge:completed"}, fx.outcomes(run))
+		tl, err := fx.eng.Journal().Timeline(context.Background(), run)
+		require.NoError(t, err)
+		require.Equal(t, 2, tl[2].Attempt)
+		require.Contains(t, tl[1].Error, "gateway timeout")
+	})
+}
+
+// TestGiveUpCompensatesInReverse: a step given up compensates the
+// completed steps that have a compensation, newest first, each with what
+// it returned; a step without one is skipped.
+func TestGiveUpCompensatesInReverse(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		undo := func(name string) func(context.Context, Order) error {
+			return func(ctx context.Context, o Order) error {
+				m, _ := broker.Handling(ctx)
+				require.Contains(t, o.Trail, name, "a compensation gets what its step returned")
+				ef.add(m.RunID, "undo-"+name)
+				return nil
+			}
+		}
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("reserve", appendStep(ef, "reserve")).Compensate(undo("reserve")),
+			dsl.Step("notify", appendStep(ef, "notify")),
+			dsl.Step("charge", appendStep(ef, "charge")).Compensate(undo("charge")),
+			dsl.Step("ship", func(context.Context, Order) (Order, error) {
+				return Order{}, broker.Fatal(errors.New("no courier"))
+			})))
+		fx.work()
+		run := fx.start(Order{ID: "o-3"})
+		r := fx.waitStatus(run, journal.Compensated, 15*time.Second)
+		require.Contains(t, r.Error, "no courier", "a compensated run says why")
+		require.Equal(t, []string{run + "/undo-charge", run + "/undo-reserve"}, ef.undone(), "newest first")
+		require.Equal(t, []string{
+			"start::started", "step:reserve:completed", "step:notify:completed", "step:charge:completed", "step:ship:failed",
+			"compensation:charge:compensated", "compensation:reserve:compensated",
+		}, fx.outcomes(run))
+		require.Equal(t, 1, h.Depth(fx.name+".ship"+broker.DeadLetterSuffix), "the failed message waits in the step's dead-letter queue")
+	})
+}
+
+// TestFailingCompensationIsUnresolved: a compensation given up leaves the
+// run unresolved, and the compensations before it still run.
+func TestFailingCompensationIsUnresolved(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("reserve", appendStep(ef, "reserve")).Compensate(func(ctx context.Context, o Order) error {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "undo-reserve")
+				return nil
+			}),
+			dsl.Step("charge", appendStep(ef, "charge")).Compensate(func(ctx context.Context, o Order) error {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "undo-charge")
+				return errors.New("refund service down")
+			}).CompensateRetry(broker.Constant(2, 0)),
+			dsl.Step("ship", func(context.Context, Order) (Order, error) {
+				return Order{}, broker.Fatal(errors.New("no courier"))
+			})))
+		fx.work()
+		run := fx.start(Order{ID: "o-4"})
+		fx.waitStatus(run, journal.Unresolved, 15*time.Second)
+		require.Equal(t, 2, ef.get(run, "undo-charge"), "the failing compensation had its retries")
+		require.Equal(t, 1, ef.get(run, "undo-reserve"), "the one before it still ran")
+		outcomes := fx.outcomes(run)
+		require.Contains(t, outcomes, "compensation:charge:compensation_failed")
+		require.Equal(t, "compensation:reserve:compensated", outcomes[len(outcomes)-1])
+		h.WaitDepth(fx.name+".compensate.charge"+broker.DeadLetterSuffix, 1, 5*time.Second)
+	})
+}
+
+// TestWhenSkips: a step whose When is false is skipped, recorded as such,
+// and the run goes on with the payload unchanged.
+func TestWhenSkips(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", appendStep(ef, "charge")),
+			dsl.Step("ship", appendStep(ef, "ship")).When(`payload.digital == false`),
+			dsl.Step("email", appendStep(ef, "email"))))
+		fx.work()
+		digital := fx.start(Order{ID: "d", Digital: true})
+		physical := fx.start(Order{ID: "p"})
+		fx.waitStatus(digital, journal.Completed, 10*time.Second)
+		fx.waitStatus(physical, journal.Completed, 10*time.Second)
+		require.Zero(t, ef.get(digital, "ship"))
+		require.Equal(t, 1, ef.get(physical, "ship"))
+		require.Equal(t, []string{"start::started", "step:charge:completed", "skip:ship:skipped", "step:email:completed"}, fx.outcomes(digital))
+	})
+}
+
+// TestDelayedStepNeverEarly: a delay holds the hop into the next step on
+// the ladder; the step never runs before it is due, and the run shows as
+// waiting meanwhile.
+func TestDelayedStepNeverEarly(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		charged := make(chan time.Time, 1)
+		shipped := make(chan time.Time, 1)
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", func(_ context.Context, o Order) (Order, error) { charged <- time.Now(); return o, nil }),
+			dsl.Delay(2*time.Second),
+			dsl.Step("ship", func(_ context.Context, o Order) (Order, error) { shipped <- time.Now(); return o, nil })))
+		fx.work()
+		run := fx.start(Order{ID: "o-5"})
+		at := brokertest.Next(t, charged, 10*time.Second)
+		r := fx.waitStatus(run, journal.Waiting, 5*time.Second)
+		require.NotNil(t, r.DueAt)
+		require.Equal(t, "ship", r.Step)
+		got := brokertest.Next(t, shipped, 10*time.Second)
+		require.GreaterOrEqual(t, got.Sub(at), 2*time.Second, "never early")
+		fx.waitStatus(run, journal.Completed, 10*time.Second)
+	})
+}
+
+// TestDelayedStart: a run started In(d) waits on the ladder, then runs.
+func TestDelayedStart(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ran := make(chan time.Time, 1)
+		fx.register(dsl.Flow(fx.name, dsl.Step("remind", func(_ context.Context, o Order) (Order, error) { ran <- time.Now(); return o, nil })))
+		fx.work()
+		before := time.Now()
+		res, err := fx.eng.Start(brokertest.Ctx(t), fx.name, Order{ID: "later"}, engine.In(2*time.Second))
+		require.NoError(t, err)
+		require.WithinDuration(t, before.Add(2*time.Second), res.DueAt, time.Second)
+		r := fx.waitStatus(res.RunID, journal.Waiting, 5*time.Second)
+		require.True(t, r.DueAt.Equal(res.DueAt))
+		require.False(t, brokertest.Next(t, ran, 10*time.Second).Before(res.DueAt), "never early")
+		fx.waitStatus(res.RunID, journal.Completed, 5*time.Second)
+	})
+}
+
+// TestEndEndsTheRun: a step returning dsl.End ends the run well there.
+func TestEndEndsTheRun(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("check", func(_ context.Context, o Order) (Order, error) { return o, dsl.End }),
+			dsl.Step("charge", appendStep(ef, "charge"))))
+		fx.work()
+		run := fx.start(Order{ID: "o-6"})
+		r := fx.waitStatus(run, journal.Ended, 10*time.Second)
+		require.Equal(t, "check", r.Step)
+		require.Zero(t, ef.get(run, "charge"))
+	})
+}
+
+// TestStartRefusesABadPayload: a payload that does not fit the flow's input
+// is refused before anything is published.
+func TestStartRefusesABadPayload(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		fx.register(dsl.Flow(fx.name, dsl.Step("a", func(_ context.Context, o Order) (Order, error) { return o, nil })))
+		ctx := brokertest.Ctx(t)
+		for name, p := range map[string]any{
+			"wrong type":    "an order",
+			"unknown field": []byte(`{"id":"x","amnt":3}`),
+			"not json":      []byte(`{`),
+			"wrong kind":    []byte(`{"amount":"many"}`),
+			"nil":           nil,
+		} {
+			_, err := fx.eng.Start(ctx, fx.name, p)
+			require.ErrorIs(t, err, engine.ErrInvalidPayload, name)
+		}
+		_, err := fx.eng.Start(ctx, "no-such-flow", Order{})
+		require.ErrorIs(t, err, engine.ErrUnknownFlow)
+		require.NoError(t, fx.eng.Flush(ctx))
+		runs, err := fx.eng.Journal().Runs(ctx, journal.Query{})
+		require.NoError(t, err)
+		require.Empty(t, runs)
+	})
+}

@@ -1,0 +1,208 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// StartOption is a knob of Start.
+type StartOption func(*startConfig) error
+
+type startConfig struct {
+	runID string
+	at    time.Time
+}
+
+// RunID starts the run under id instead of a new one: starting twice with
+// the same id is one run (its first step runs once). An empty id is
+// refused.
+func RunID(id string) StartOption {
+	return func(c *startConfig) error {
+		if id == "" {
+			return fmt.Errorf("%w: empty run id", ErrInvalidConfig)
+		}
+		c.runID = id
+		return nil
+	}
+}
+
+// At holds the run on the scheduler ladder until t: it shows as waiting,
+// and its first step runs at t (never early; the ladder's accuracy is a
+// second). A time already past starts it at once.
+func At(t time.Time) StartOption {
+	return func(c *startConfig) error { c.at = t; return nil }
+}
+
+// In is At(now + d). d must not be negative.
+func In(d time.Duration) StartOption {
+	return func(c *startConfig) error {
+		if d < 0 {
+			return fmt.Errorf("%w: start in %s, want 0 or more", ErrInvalidConfig, d)
+		}
+		c.at = time.Now().Add(d)
+		return nil
+	}
+}
+
+// Started is what Start did: the run's id and, for a run held until later,
+// when it is due.
+type Started struct {
+	RunID string    `json:"run_id"`
+	Flow  string    `json:"flow"`
+	DueAt time.Time `json:"due_at,omitzero"`
+}
+
+// Start starts a run of the flow called flowName with payload: a value of
+// the flow's input type, or its JSON (json.RawMessage or []byte), which
+// must decode into that type with no unknown fields. A payload that does
+// not fit is refused with ErrInvalidPayload before anything is published.
+// It returns once the broker confirmed the run's first message (held on
+// the ladder if the run waits first), and records the run in the journal.
+func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts ...StartOption) (Started, error) {
+	var cfg startConfig
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return Started{}, err
+		}
+	}
+	f, err := e.flow(flowName)
+	if err != nil {
+		return Started{}, err
+	}
+	input, raw, err := f.input(payload)
+	if err != nil {
+		return Started{}, err
+	}
+	if cfg.runID == "" {
+		cfg.runID = broker.NewID()
+	}
+	res := Started{RunID: cfg.runID, Flow: f.name}
+	route, err := f.def.Route(ctx, func(v any) error { return json.Unmarshal(raw, v) })
+	if err != nil {
+		return res, fmt.Errorf("start %q: %w", f.name, err)
+	}
+	now := time.Now()
+	h, err := f.plan(route, -1, input, now)
+	if err != nil {
+		return res, fmt.Errorf("start %q: %w", f.name, err)
+	}
+	if cfg.at.After(now) && cfg.at.After(h.due) {
+		h.due = cfg.at
+	}
+	start := journal.Event{RunID: res.RunID, Flow: f.name, Kind: journal.KindStart, Outcome: "started",
+		StartedAt: now, EndedAt: now, Input: raw, Status: journal.Running, Seq: journal.Seq(0, 0, 1, 0), Key: "start"}
+	if h.next == len(route) {
+		// Every step skipped: the run is done as it starts.
+		start.Status, start.RunStep = journal.Completed, route[len(route)-1]
+		e.record(ctx, append([]journal.Event{start}, f.startSkips(res.RunID, route, h, now)...)...)
+		e.metrics.started(ctx, f.name)
+		return res, nil
+	}
+	start.RunStep = route[h.next]
+	out, err := f.startMessage(ctx, e.conn, res.RunID, route, h.next, input)
+	if err != nil {
+		return res, fmt.Errorf("start %q: %w", f.name, err)
+	}
+	if h.due.After(now) {
+		err = e.conn.Schedule(ctx, h.due, out)
+		res.DueAt = h.due
+	} else {
+		err = e.conn.Send(ctx, out)
+	}
+	if err != nil {
+		return res, fmt.Errorf("start %q: %w", f.name, err)
+	}
+	events := append([]journal.Event{start}, f.startSkips(res.RunID, route, h, now)...)
+	if !res.DueAt.IsZero() {
+		due := res.DueAt
+		events = append(events, journal.Event{RunID: res.RunID, Flow: f.name, Kind: journal.KindDelay, Step: route[h.next],
+			Outcome: "waiting", StartedAt: now, EndedAt: now, DueAt: &due, Status: journal.Waiting, RunStep: route[h.next],
+			Seq: journal.Seq(0, h.next+1, 0, 0), Key: fmt.Sprintf("delay/0/%d", h.next)})
+	}
+	e.record(ctx, events...)
+	e.metrics.started(ctx, f.name)
+	return res, nil
+}
+
+func (f *flow) startSkips(runID string, route []string, h hop, now time.Time) []journal.Event {
+	var out []journal.Event
+	for _, p := range h.skipped {
+		out = append(out, journal.Event{RunID: runID, Flow: f.name, Kind: journal.KindSkip, Step: route[p], Outcome: "skipped",
+			StartedAt: now, EndedAt: now, Queue: f.queue(route[p]), Seq: journal.Seq(0, p+1, 0, 1), Key: fmt.Sprintf("skip/0/%d", p)})
+	}
+	return out
+}
+
+// input reads payload as the flow's input: the value itself, or JSON that
+// decodes into it, and gives the value and its JSON.
+func (f *flow) input(payload any) (any, json.RawMessage, error) {
+	in := f.def.Input()
+	var raw []byte
+	switch p := payload.(type) {
+	case json.RawMessage:
+		raw = p
+	case []byte:
+		raw = p
+	default:
+		if payload == nil || !reflect.TypeOf(payload).AssignableTo(in) {
+			return nil, nil, fmt.Errorf("%w: flow %q takes %s, not %T", ErrInvalidPayload, f.name, in, payload)
+		}
+		b, err := json.Marshal(payload)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: flow %q: %w", ErrInvalidPayload, f.name, err)
+		}
+		return payload, b, nil
+	}
+	v := reflect.New(in)
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v.Interface()); err != nil {
+		return nil, nil, fmt.Errorf("%w: flow %q takes %s: %w", ErrInvalidPayload, f.name, in, err)
+	}
+	if dec.More() {
+		return nil, nil, fmt.Errorf("%w: flow %q: more than one JSON value", ErrInvalidPayload, f.name)
+	}
+	b, err := json.Marshal(v.Elem().Interface())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: flow %q: %w", ErrInvalidPayload, f.name, err)
+	}
+	return v.Elem().Interface(), b, nil
+}
+
+// startMessage is a run's first message, addressed to route[pos].
+func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string, route []string, pos int, input any) (broker.Outgoing, error) {
+	opts := []broker.PublishOption{
+		broker.ToExchange(f.name), broker.To(route[pos]), broker.Mandatory(), broker.RunID(runID),
+		broker.WithCodec(f.codec),
+	}
+	if f.def.HasItinerary() {
+		slip := patterns.NewRoutingSlip()
+		for _, s := range route {
+			slip.Step(s, f.name, s)
+		}
+		header, err := json.Marshal(slip)
+		if err != nil {
+			return broker.Outgoing{}, err
+		}
+		opts = append(opts, broker.Header(broker.HeaderRoutingSlip, string(header)))
+	} else {
+		opts = append(opts, broker.Route(route, pos))
+	}
+	out, err := conn.Prepare(ctx, input, opts...)
+	if err != nil {
+		if errors.Is(err, broker.ErrInvalidOption) {
+			return out, err
+		}
+		return out, fmt.Errorf("%w: %w", ErrInvalidPayload, err)
+	}
+	return out, nil
+}

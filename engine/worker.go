@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+)
+
+// Worker works the steps and compensations of some of an engine's flows:
+// every step queue the flows have (but External ones), every compensation
+// queue, each flow's compensate-now queue, and the scheduler ladder's
+// control consumer. Close it to drain.
+type Worker struct {
+	e         *Engine
+	flows     []string
+	consumers []*broker.Consumer
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// StartWorker declares the topology of the named flows (every registered
+// flow when none is named) and starts consuming it. ctx bounds the setup;
+// the worker runs until Close. An unknown flow is ErrUnknownFlow; if any
+// consumer cannot start, those already started are stopped and the error
+// returned.
+func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, error) {
+	var fs []*flow
+	if len(flows) == 0 {
+		fs = e.registered()
+	} else {
+		for _, name := range flows {
+			f, err := e.flow(name)
+			if err != nil {
+				return nil, err
+			}
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) == 0 {
+		return nil, fmt.Errorf("%w: no flows registered", ErrInvalidConfig)
+	}
+	w := &Worker{e: e}
+	for _, f := range fs {
+		w.flows = append(w.flows, f.name)
+		if err := e.conn.Declare(ctx, f.topology); err != nil {
+			return nil, fmt.Errorf("declare flow %q: %w", f.name, err)
+		}
+	}
+	// Delays and held compensations ride the ladder even when no step
+	// retries.
+	if err := e.conn.RunLadder(ctx); err != nil {
+		return nil, err
+	}
+	for _, f := range fs {
+		if err := w.consume(ctx, f); err != nil {
+			_ = w.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+func (w *Worker) consume(ctx context.Context, f *flow) error {
+	e := w.e
+	for i, s := range f.steps {
+		if s.External {
+			continue
+		}
+		r := newStepRunner(e, f, i)
+		opts := []broker.ConsumeOption{
+			broker.Existing(), broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
+			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled),
+		}
+		if key := f.orderKey(s, e); key != nil {
+			opts = append(opts, broker.OrderBy(key))
+		}
+		if err := w.start(ctx, r.queue, r.handle, opts...); err != nil {
+			return err
+		}
+		if s.Compensable {
+			c := newCompRunner(e, f, i)
+			if err := w.start(ctx, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
+				broker.WithCodec(f.codec), broker.OnSettle(c.settled)); err != nil {
+				return err
+			}
+		}
+	}
+	n := &nowRunner{e: e, f: f}
+	return w.start(ctx, f.compensateNowQueue(), n.handle, broker.Existing(), broker.WithRetry(*e.cfg.Retry),
+		broker.WithCodec(f.codec), broker.OnSettle(n.settled))
+}
+
+func (w *Worker) start(ctx context.Context, queue string, h broker.Handler, opts ...broker.ConsumeOption) error {
+	c, err := w.e.conn.Consume(ctx, queue, h, opts...)
+	if err != nil {
+		return fmt.Errorf("work %q: %w", queue, err)
+	}
+	w.consumers = append(w.consumers, c)
+	return nil
+}
+
+// orderKey is the ordering key of a step with OrderedBy, nil otherwise. A
+// key that cannot be worked out leaves the message unordered rather than
+// holding it.
+func (f *flow) orderKey(s dsl.StepSpec, e *Engine) func(*broker.Message) string {
+	switch {
+	case s.OrderHeader != "":
+		name := s.OrderHeader
+		return func(m *broker.Message) string {
+			if v, ok := m.Headers[name]; ok && v != nil {
+				return fmt.Sprint(v)
+			}
+			return ""
+		}
+	case s.OrderKey != nil:
+		expr := s.OrderKey
+		return func(m *broker.Message) string {
+			var payload any = json.RawMessage(m.Body)
+			if !f.json {
+				v := reflect.New(s.In)
+				if err := m.Decode(v.Interface()); err != nil {
+					return ""
+				}
+				payload = v.Elem().Interface()
+			}
+			k, err := expr.Key(payload)
+			if err != nil {
+				e.log.Debug("ordering key not worked out; handling unordered", "flow", f.name, "step", s.Name, "error", err)
+				return ""
+			}
+			return k
+		}
+	}
+	return nil
+}
+
+// Flows is the names of the flows the worker works.
+func (w *Worker) Flows() []string { return append([]string(nil), w.flows...) }
+
+// Err says why a consumer of the worker ended on its own (its queue was
+// deleted, the broker cancelled it and it could not come back), or nil
+// while every one runs: what a readiness check looks at.
+func (w *Worker) Err() error {
+	var errs []error
+	for _, c := range w.consumers {
+		select {
+		case <-c.Done():
+			if err := c.Err(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", c.Queue(), err))
+			} else {
+				errs = append(errs, fmt.Errorf("%s: consumer ended", c.Queue()))
+			}
+		default:
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close drains the worker: every consumer stops taking deliveries, lets its
+// in-flight steps finish and settles them, all under one deadline (ctx's,
+// or the engine's CloseTimeout when ctx has none); deliveries not started go
+// back to their queues. Then what the journal writer holds is flushed.
+// Idempotent.
+func (w *Worker) Close(ctx context.Context) error {
+	w.closeOnce.Do(func() {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, w.e.cfg.CloseTimeout)
+			defer cancel()
+		}
+		errs := make([]error, len(w.consumers))
+		var wg sync.WaitGroup
+		for i, c := range w.consumers {
+			wg.Go(func() { errs[i] = c.Cancel(ctx) })
+		}
+		wg.Wait()
+		if err := w.e.writer.Flush(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			errs = append(errs, err)
+		}
+		w.closeErr = errors.Join(errs...)
+	})
+	return w.closeErr
+}
+
+// Run works the named flows (every registered flow when none is named)
+// until ctx ends, then drains within the engine's CloseTimeout: what
+// `acemq-flow worker` does on SIGTERM.
+func (e *Engine) Run(ctx context.Context, flows ...string) error {
+	w, err := e.StartWorker(ctx, flows...)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return w.Close(context.WithoutCancel(ctx))
+}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -89,17 +90,18 @@ func headerSize(m Message) (int, error) {
 		{"content type", m.ContentType}, {"correlation id", m.CorrelationID}, {"reply-to", m.ReplyTo},
 		{"expiration", m.Expiration}, {"message id", m.MessageID}, {"type", m.Type},
 	} {
-		n, err := shortString(p.what, p.value)
-		if err != nil {
-			return 0, err
+		if len(p.value) > maxShortString {
+			return 0, fmt.Errorf("%w: %s of %d bytes: AMQP short strings hold at most %d", ErrTooLarge, p.what, len(p.value), maxShortString)
 		}
-		size += n
+		if p.value != "" {
+			size += 1 + len(p.value)
+		}
 	}
 	if !m.Timestamp.IsZero() {
 		size += 8
 	}
 	if len(m.Headers) > 0 {
-		n, err := tableSize(m.Headers, 0, "")
+		n, err := tableSize(m.Headers, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -108,43 +110,67 @@ func headerSize(m Message) (int, error) {
 	return size, nil
 }
 
-// shortString is the encoded size of an optional short-string property (0
-// when empty: it is not sent).
-func shortString(what, s string) (int, error) {
-	if s == "" {
-		return 0, nil
+// headerError is a header CheckPublishing refuses. Its path is filled in on
+// the way back out of the nested tables and arrays, so that walking headers
+// it accepts allocates nothing.
+type headerError struct {
+	// path leads from the headers table to the offending value: keys, and
+	// "[i]" for array elements; empty for the headers table itself.
+	path []string
+	why  string
+	err  error // ErrTooLarge or ErrInvalidHeader
+}
+
+func (e *headerError) Error() string {
+	where := "the headers"
+	if len(e.path) > 0 {
+		var b strings.Builder
+		for i, p := range e.path {
+			if i > 0 && !strings.HasPrefix(p, "[") {
+				b.WriteByte('/')
+			}
+			b.WriteString(p)
+		}
+		where = fmt.Sprintf("header %q", b.String())
 	}
-	if len(s) > maxShortString {
-		return 0, fmt.Errorf("%w: %s of %d bytes: AMQP short strings hold at most %d", ErrTooLarge, what, len(s), maxShortString)
+	return fmt.Sprintf("%v: %s: %s", e.err, where, e.why)
+}
+
+func (e *headerError) Unwrap() error { return e.err }
+
+// within puts step in front of err's path when err is a *headerError.
+func within(step string, err error) error {
+	if he, ok := err.(*headerError); ok {
+		he.path = append([]string{step}, he.path...)
 	}
-	return 1 + len(s), nil
+	return err
 }
 
 // tableSize is the encoded size of a field table at depth (the headers are
-// 0); path names it in errors.
-func tableSize(t Table, depth int, path string) (int, error) {
+// at 0).
+func tableSize(t Table, depth int) (int, error) {
 	if len(t) > maxContainerElements {
-		return 0, fmt.Errorf("%w: %s: a table of %d entries: amqp091-go readers refuse more than %d and drop their connection",
-			ErrTooLarge, where(path), len(t), maxContainerElements)
+		return 0, &headerError{err: ErrTooLarge, why: fmt.Sprintf(
+			"a table of %d entries: amqp091-go readers refuse more than %d and drop their connection", len(t), maxContainerElements)}
 	}
 	size := 4
 	for k, v := range t {
-		sub := path + "/" + k
 		if len(k) > maxShortString {
-			return 0, fmt.Errorf("%w: %s: a header name of %d bytes: AMQP short strings hold at most %d",
-				ErrTooLarge, where(path), len(k), maxShortString)
+			return 0, &headerError{err: ErrTooLarge, why: fmt.Sprintf(
+				"a header name of %d bytes: AMQP short strings hold at most %d", len(k), maxShortString)}
 		}
-		n, err := fieldSize(v, depth, sub)
+		n, err := fieldSize(v, depth)
 		if err != nil {
-			return 0, err
+			return 0, within(k, err)
 		}
 		size += 1 + len(k) + n
 	}
 	return size, nil
 }
 
-// fieldSize is the encoded size of a field value, its type octet included.
-func fieldSize(v any, depth int, path string) (int, error) {
+// fieldSize is the encoded size of a field value in a container at depth,
+// its type octet included.
+func fieldSize(v any, depth int) (int, error) {
 	switch x := v.(type) {
 	case nil:
 		return 1, nil
@@ -160,47 +186,33 @@ func fieldSize(v any, depth int, path string) (int, error) {
 		return 5 + len(x), nil
 	case []byte:
 		return 5 + len(x), nil
-	case Table:
-		return nested(depth, path, func() (int, error) { return tableSize(x, depth+1, path) })
-	case map[string]any:
-		return nested(depth, path, func() (int, error) { return tableSize(x, depth+1, path) })
-	case []any:
-		return nested(depth, path, func() (int, error) {
-			if len(x) > maxContainerElements {
-				return 0, fmt.Errorf("%w: %s: an array of %d elements: amqp091-go readers refuse more than %d and drop their connection",
-					ErrTooLarge, where(path), len(x), maxContainerElements)
-			}
-			size := 4
-			for i, e := range x {
-				n, err := fieldSize(e, depth+1, fmt.Sprintf("%s[%d]", path, i))
-				if err != nil {
-					return 0, err
-				}
-				size += n
-			}
-			return size, nil
-		})
-	default:
-		return 0, fmt.Errorf("%w: %s: type %T", ErrInvalidHeader, where(path), v)
 	}
-}
-
-// nested adds the type octet to the size of a table or array one level
-// below depth, refusing one deeper than amqp091-go reads.
-func nested(depth int, path string, size func() (int, error)) (int, error) {
 	if depth+1 > maxContainerDepth {
-		return 0, fmt.Errorf("%w: %s: tables or arrays nested %d deep: amqp091-go readers refuse more than %d and drop their connection",
-			ErrTooLarge, where(path), depth+1, maxContainerDepth)
+		return 0, &headerError{err: ErrTooLarge, why: fmt.Sprintf(
+			"tables or arrays nested %d deep: amqp091-go readers refuse more than %d and drop their connection", depth+1, maxContainerDepth)}
 	}
-	n, err := size()
-	return 1 + n, err
-}
-
-// where names a place in the headers for errors: path is "" for the headers
-// table itself, "/key/key[i]..." below it.
-func where(path string) string {
-	if path == "" {
-		return "the headers"
+	switch x := v.(type) {
+	case Table:
+		n, err := tableSize(x, depth+1)
+		return 1 + n, err
+	case map[string]any:
+		n, err := tableSize(x, depth+1)
+		return 1 + n, err
+	case []any:
+		if len(x) > maxContainerElements {
+			return 0, &headerError{err: ErrTooLarge, why: fmt.Sprintf(
+				"an array of %d elements: amqp091-go readers refuse more than %d and drop their connection", len(x), maxContainerElements)}
+		}
+		size := 1 + 4
+		for i, e := range x {
+			n, err := fieldSize(e, depth+1)
+			if err != nil {
+				return 0, within(fmt.Sprintf("[%d]", i), err)
+			}
+			size += n
+		}
+		return size, nil
+	default:
+		return 0, &headerError{err: ErrInvalidHeader, why: fmt.Sprintf("type %T", v)}
 	}
-	return fmt.Sprintf("header %q", path[1:])
 }

@@ -186,22 +186,27 @@ func (f *FlowDef) checkChain() error {
 	return nil
 }
 
-// compile compiles step i's expressions against the payload it takes.
+// compile compiles step i's expressions against the payload it takes:
+// what the step before it returns, for a step another service serves.
 func (f *FlowDef) compile(i int) error {
 	s := &f.steps[i]
+	in := s.In
+	if s.External && i > 0 && !f.steps[i-1].External {
+		in = f.steps[i-1].Out
+	}
 	var err error
 	if s.whenSrc != "" {
-		if s.When, err = compileExpr(s.whenSrc, s.In, exprBool); err != nil {
+		if s.When, err = compileExpr(s.whenSrc, in, exprBool); err != nil {
 			return f.fail(s.Name, "When %w", err)
 		}
 	}
 	if s.delayUntilSrc != "" {
-		if s.DelayUntil, err = compileExpr(s.delayUntilSrc, s.In, exprTime); err != nil {
+		if s.DelayUntil, err = compileExpr(s.delayUntilSrc, in, exprTime); err != nil {
 			return f.fail(s.Name, "DelayUntil before it: %w", err)
 		}
 	}
 	if s.orderSrc != "" {
-		if s.OrderKey, err = compileExpr(s.orderSrc, s.In, exprString); err != nil {
+		if s.OrderKey, err = compileExpr(s.orderSrc, in, exprString); err != nil {
 			return f.fail(s.Name, "OrderedBy %w", err)
 		}
 	}

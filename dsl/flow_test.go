@@ -133,6 +133,9 @@ func TestBuildErrors(t *testing.T) {
 		{"itinerary step of another type", dsl.Flow("f", dsl.Itinerary(func(context.Context, Order) ([]string, error) { return nil, nil }), dsl.Step("s", ship)),
 			`flow "f": step "s": takes dsl_test.Order and returns dsl_test.Shipment; every step of an itinerary flow takes and returns dsl_test.Order`},
 		{"nil part", dsl.Flow("f", dsl.Step("a", pass), nil), `flow "f": a nil part after 1 steps`},
+		{"DelayUntil before External checked against what it is sent", dsl.Flow("f", dsl.Step("a", pass), dsl.DelayUntil(`payload.shipat`), dsl.External("inv")),
+			`flow "f": step "inv": DelayUntil before it: "payload.shipat": type dsl_test.Order has no field shipat (column 9)`},
+		{"OrderedBy on a bad field", dsl.Flow("f", dsl.Step("a", pass).OrderedBy(`payload.nope`)), `flow "f": step "a": OrderedBy "payload.nope": type dsl_test.Order has no field nope`},
 		{"hold too short", dsl.Flow("f", dsl.Step("a", pass), dsl.HoldForReplay(0)), `flow "f": HoldForReplay 0s, want at least 1s`},
 	}
 	for _, c := range cases {

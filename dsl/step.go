@@ -63,6 +63,8 @@ func External(name string) *StepDef[json.RawMessage, json.RawMessage] {
 	s := &StepDef[json.RawMessage, json.RawMessage]{}
 	s.spec.Name = name
 	s.spec.External = true
+	s.spec.In = reflect.TypeFor[json.RawMessage]()
+	s.spec.Out = s.spec.In
 	return s
 }
 

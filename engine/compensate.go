@@ -29,18 +29,19 @@ const (
 )
 
 // startCompensation sends the first compensation of a run whose step
-// failed for good: now, or on the ladder after the flow's HoldForReplay.
-// It says which ("started" or "held") and until when a held one waits.
-func (e *Engine) startCompensation(ctx context.Context, f *flow, m *broker.Message, st runState, failed, reason string) (string, time.Time, error) {
-	cs := compState{Failed: failed, Error: journal.Truncate(reason), Replays: replays(m.Headers), Held: f.hold > 0}
+// failed for good: now, or on the ladder after hold (the flow's
+// HoldForReplay). It says which ("started" or "held") and until when a
+// held one waits.
+func (e *Engine) startCompensation(ctx context.Context, f *flow, m *broker.Message, st runState, failed, reason string, hold time.Duration) (string, time.Time, error) {
+	cs := compState{Failed: failed, Error: journal.Truncate(reason), Replays: replays(m.Headers), Held: hold > 0}
 	last := st.Compensate[len(st.Compensate)-1]
 	cs.Remaining = st.Compensate[:len(st.Compensate)-1]
 	out, err := f.compensationMessage(ctx, e.conn, m, last, cs)
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	if f.hold > 0 {
-		until := time.Now().Add(f.hold)
+	if hold > 0 {
+		until := time.Now().Add(hold)
 		if err := e.conn.Schedule(ctx, until, out); err != nil {
 			return "", time.Time{}, fmt.Errorf("hold run %s for replay: %w", m.RunID, err)
 		}
@@ -261,13 +262,11 @@ func (n *nowRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	h[broker.HeaderReplayCount] = int64(max(replays(m.Headers)-1, 0))
 	moved := *m
 	moved.Headers = h
-	f := *n.f
-	f.hold = 0
 	reason := "compensated on request"
 	if run, err := n.e.journal.Run(ctx, m.RunID); err == nil && run.Error != "" {
 		reason = run.Error
 	}
-	if _, _, err := n.e.startCompensation(ctx, &f, &moved, st, failed, reason); err != nil {
+	if _, _, err := n.e.startCompensation(ctx, n.f, &moved, st, failed, reason, 0); err != nil {
 		n.attempts.Store(m, compBusy)
 		return broker.Retry(err)
 	}

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -27,6 +29,9 @@ type flow struct {
 	compRet  []broker.RetryPolicy
 	topology broker.Topology
 	hold     time.Duration
+
+	declareMu sync.Mutex
+	declared  bool
 }
 
 // compile checks that the engine can run def and works out its topology.
@@ -66,6 +71,22 @@ func compile(def *dsl.FlowDef, cfg Config) (*flow, error) {
 	}
 	f.bind(f.compensateNowQueue(), compensateKey)
 	return f, nil
+}
+
+// declare declares the flow's topology once per engine: a worker does it
+// on start, Start before the first run, so that a run started before any
+// worker ran waits in its queue rather than failing.
+func (e *Engine) declare(ctx context.Context, f *flow) error {
+	f.declareMu.Lock()
+	defer f.declareMu.Unlock()
+	if f.declared {
+		return nil
+	}
+	if err := e.conn.Declare(ctx, f.topology); err != nil {
+		return fmt.Errorf("declare flow %q: %w", f.name, err)
+	}
+	f.declared = true
+	return nil
 }
 
 // bind adds queue, declared as a consumer declares it, bound to the flow's

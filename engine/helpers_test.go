@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -168,4 +169,14 @@ func (fx *fixture) outcomes(runID string) []string {
 		out = append(out, fmt.Sprintf("%s:%s:%s", e.Kind, e.Step, e.Outcome))
 	}
 	return out
+}
+
+// amqpPublishing is the message a plain AMQP service sends on: a new
+// message id, the correlation carried, the headers as it received them.
+func amqpPublishing(causedBy, correlation string, body []byte, headers amqp.Table) amqp.Publishing {
+	headers["x-acemq-causation-id"] = causedBy
+	return amqp.Publishing{
+		MessageId: broker.NewID(), CorrelationId: correlation, ContentType: "application/json",
+		DeliveryMode: amqp.Persistent, Timestamp: time.Now(), Headers: headers, Body: body,
+	}
 }

@@ -150,7 +150,7 @@ func (r *stepRunner) givenUp(ctx context.Context, m *broker.Message, a *attempt,
 		// a retry the ladder refused): start the compensation now.
 		var st runState
 		if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err == nil && len(st.Compensate) > 0 {
-			kind, until, err := r.e.startCompensation(ctx, r.f, m, st, r.spec.Name, s.Reason)
+			kind, until, err := r.e.startCompensation(ctx, r.f, m, st, r.spec.Name, s.Reason, r.f.hold)
 			if err != nil {
 				r.e.log.Error("a failed run's compensation could not be started; run acemq-flow compensate on it",
 					slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", err))
@@ -202,7 +202,7 @@ func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
 	switch {
 	case a.result == compSuperseded:
 		e.Outcome, e.Status = "not needed: the run was replayed or compensated meanwhile", ""
-		e.Error = ""
+		e.Error, e.Key = "", fmt.Sprintf("hold/%d", a.cs.Replays)
 	case s.Outcome == broker.OutcomeLabelRetried:
 		e.Outcome, e.Error = "retried", errText(s.Err)
 		due := now.Add(s.Delay)

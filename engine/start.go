@@ -108,6 +108,10 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 		return res, nil
 	}
 	start.RunStep = route[h.next]
+	// A run started before any worker ran waits in its queue for one.
+	if err := e.declare(ctx, f); err != nil {
+		return res, fmt.Errorf("start %q: %w", f.name, err)
+	}
 	out, err := f.startMessage(ctx, e.conn, res.RunID, route, h.next, input)
 	if err != nil {
 		return res, fmt.Errorf("start %q: %w", f.name, err)

@@ -197,7 +197,7 @@ func (r *stepRunner) failed(ctx context.Context, m *broker.Message, key string, 
 	}
 	final := isFatal || r.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) != ""
 	if final && len(st.Compensate) > 0 {
-		kind, until, cerr := r.e.startCompensation(ctx, r.f, m, st, r.spec.Name, err.Error())
+		kind, until, cerr := r.e.startCompensation(ctx, r.f, m, st, r.spec.Name, err.Error(), r.f.hold)
 		if cerr != nil {
 			// Never give the run up without its compensation under way:
 			// put the message back, attempt unchanged, and try again.

@@ -49,8 +49,8 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 	w := &Worker{e: e}
 	for _, f := range fs {
 		w.flows = append(w.flows, f.name)
-		if err := e.conn.Declare(ctx, f.topology); err != nil {
-			return nil, fmt.Errorf("declare flow %q: %w", f.name, err)
+		if err := e.declare(ctx, f); err != nil {
+			return nil, err
 		}
 	}
 	// Delays and held compensations ride the ladder even when no step

@@ -30,8 +30,8 @@ const (
 	DemoRetryDelay    = time.Second
 )
 
-// Order is the payload the demo publishes.
-type Order struct {
+// demoOrder is the payload the demo publishes.
+type demoOrder struct {
 	ID       int    `json:"id"`
 	Customer string `json:"customer"`
 	Item     string `json:"item"`
@@ -40,7 +40,7 @@ type Order struct {
 
 // demoOrders are what the demo places: order 2 meets a payment gateway that
 // times out twice, order 3 can never be placed.
-var demoOrders = []Order{
+var demoOrders = []demoOrder{
 	{ID: 1, Customer: "alice", Item: "coffee beans", Quantity: 2},
 	{ID: 2, Customer: "bob", Item: "espresso machine", Quantity: 1},
 	{ID: 3, Customer: "carol", Item: "milk frother", Quantity: 0},
@@ -176,7 +176,7 @@ type demo struct {
 	out   *printer
 	// byMessage maps a published message id to its order. It is written
 	// before the consumer starts and only read after.
-	byMessage map[string]Order
+	byMessage map[string]demoOrder
 
 	mu       sync.Mutex
 	outages  map[int]int
@@ -194,7 +194,7 @@ func newDemo(conn *broker.Conn, queue string, out io.Writer) *demo {
 		queue:     queue,
 		start:     time.Now(),
 		out:       &printer{w: out},
-		byMessage: map[string]Order{},
+		byMessage: map[string]demoOrder{},
 		outages:   outages,
 		outcomes:  map[int]string{},
 		done:      make(chan struct{}),
@@ -207,7 +207,7 @@ func (d *demo) printf(format string, args ...any) { d.out.printf(format, args...
 // placed is a fatal error (no retry can fix it), a payment gateway timeout
 // an ordinary one (retried).
 func (d *demo) placeOrder(_ context.Context, m *broker.Message) error {
-	o, err := broker.Decode[Order](m)
+	o, err := broker.Decode[demoOrder](m)
 	if err != nil {
 		return err
 	}
@@ -318,7 +318,7 @@ func (d *demo) readDeadLetters(ctx context.Context) error {
 		if o, ok := d.byMessage[m.MessageID]; ok {
 			what = fmt.Sprintf("order %d", o.ID)
 		} else {
-			var o Order
+			var o demoOrder
 			if json.Unmarshal(m.Body, &o) == nil && o.ID != 0 {
 				what = fmt.Sprintf("order %d (from an earlier run)", o.ID)
 			}

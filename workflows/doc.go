@@ -1,4 +1,34 @@
-// Package workflows holds the flows shipped with the acemq-flow binary: the
-// demo and the flows a new user runs first. Until the engine exists, the
-// demo ([Demo]) is written directly against package broker.
+// Package workflows holds the flows shipped with the acemq-flow binary
+// ([Flows]), and the demo that `make run` shows.
+//
+// # place-order
+//
+// [PlaceOrder] takes an [Order] through validate, charge (compensated by
+// a refund), reserve (an in-process saga as one step: reserve the stock,
+// book a courier), a wait until the order's ship_at, and ship; a digital
+// order is neither reserved nor shipped. A run given up after its card
+// was charged is held for a replay for ten minutes, then compensated.
+// [NewPlaceOrder] builds the same flow under another name on other
+// services.
+//
+// The shipped flow runs on stand-in services ([StandIns]): a payment
+// gateway, an inventory and a courier that do nothing but answer, and
+// whose answer each order chooses, so that every path of the flow can be
+// tried by hand:
+//
+//	card 4000 0000 0000 0002       charge: declined, given up at once; nothing to undo
+//	card 4000 0000 0000 0119       charge: the gateway times out once, then approves (a retry)
+//	item "unobtainium"             reserve: out of stock, given up; the charge is refunded
+//	address containing "Atlantis"  reserve: the courier refuses; the saga releases the stock,
+//	                               the step is given up, and the charge is refunded
+//	ship_at in the future          the run waits on the scheduler ladder until then
+//	digital: true                  reserve and ship are skipped
+//	ACEMQ_DEMO_OUTAGE=ship         (in the worker's environment) ship's courier is down
+//	                               (also charge or reserve): retried, given up within
+//	                               about ten seconds, held for replay
+//
+// The operator's walkthrough: start a worker with ACEMQ_DEMO_OUTAGE=ship,
+// start a run; ship is retried and given up, and the run shows as failed;
+// restart the worker without the variable and replay the run, which
+// completes.
 package workflows

@@ -1,0 +1,307 @@
+package workflows_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/brokertest"
+	"github.com/acemq/acemq-flow/workflows"
+)
+
+// TestFlows: every shipped flow builds, has an example that its own input
+// takes, and has a distinct name; place-order is what its documentation
+// says.
+func TestFlows(t *testing.T) {
+	t.Parallel()
+	flows := workflows.Flows()
+	require.NotEmpty(t, flows)
+	seen := map[string]bool{}
+	for _, f := range flows {
+		require.NoError(t, f.Err(), f.Name())
+		require.False(t, seen[f.Name()], "%s shipped twice", f.Name())
+		seen[f.Name()] = true
+		ex, ok := f.Example()
+		require.True(t, ok, "%s has no example", f.Name())
+		require.Equal(t, f.Input(), reflect.TypeOf(ex), "%s's example is not its input", f.Name())
+	}
+	require.Same(t, workflows.PlaceOrder, flows[0])
+
+	conn, err := broker.Open(t.Context(), "memory://")
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, conn.Close(context.Background())) })
+	eng, err := engine.New(engine.Config{Conn: conn})
+	require.NoError(t, err)
+	require.NoError(t, eng.Register(flows...))
+	info, err := eng.Flow("place-order")
+	require.NoError(t, err)
+	require.Equal(t, "10m0s", info.HoldForReplay)
+	require.JSONEq(t, `{"id":"o-1001","customer":"Ada","item":"coffee beans","quantity":2,"amount_cents":2400,
+		"card":"4242 4242 4242 4242","address":"12 Harbour Street, Bristol","digital":false}`, string(info.ExamplePayload))
+	type step struct{ name, when, delayUntil, retry, compensation string }
+	var got []step
+	for _, s := range info.Steps {
+		got = append(got, step{s.Name, s.When, s.DelayUntil, s.Retry, s.Compensation})
+	}
+	require.Equal(t, []step{
+		{"validate", "", "", "5 attempts, 1s doubling up to 5m0s", ""},
+		{"charge", "", "", "3 attempts, 1s doubling up to 5m0s", "place-order.compensate.charge"},
+		{"reserve", "payload.digital == false", "", "5 attempts, 1s doubling up to 5m0s", "place-order.compensate.reserve"},
+		{"ship", "payload.digital == false", "payload.ship_at", "4 attempts, 1s doubling up to 5m0s", ""},
+	}, got)
+
+	// The example starts a run as pasted: JSON with no unknown field.
+	b, err := json.Marshal(workflows.ExampleOrder())
+	require.NoError(t, err)
+	_, err = eng.Start(t.Context(), "place-order", json.RawMessage(b))
+	require.NoError(t, err)
+}
+
+// TestNewPlaceOrderWithoutAService: a service left nil is a build error,
+// not a panic at run time.
+func TestNewPlaceOrderWithoutAService(t *testing.T) {
+	t.Parallel()
+	s := workflows.NewStandIns()
+	for name, svc := range map[string]workflows.Services{
+		"payments":  {Inventory: s, Courier: s},
+		"inventory": {Payments: s, Courier: s},
+		"courier":   {Payments: s, Inventory: s},
+	} {
+		err := workflows.NewPlaceOrder("p", svc).Err()
+		require.ErrorIs(t, err, dsl.ErrInvalidFlow, name)
+		require.ErrorContains(t, err, "no function", name)
+	}
+}
+
+// TestValidate: an order no retry can fix is given up at once, saying
+// everything that is wrong with it.
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	s := workflows.NewStandIns()
+	step := workflows.NewPlaceOrder("p", s.Services()).Steps()[0]
+	run := func(o workflows.Order) error {
+		_, err := step.Run(t.Context(), func(v any) error { *(v.(*workflows.Order)) = o; return nil })
+		return err
+	}
+	require.NoError(t, run(workflows.ExampleOrder()))
+	digital := workflows.ExampleOrder()
+	digital.Digital, digital.Address = true, ""
+	require.NoError(t, run(digital), "a digital order needs no address")
+
+	for want, change := range map[string]func(*workflows.Order){
+		"no id":                          func(o *workflows.Order) { o.ID = " " },
+		"no customer":                    func(o *workflows.Order) { o.Customer = "" },
+		"no item":                        func(o *workflows.Order) { o.Item = "" },
+		"quantity 0, want at least 1":    func(o *workflows.Order) { o.Quantity = 0 },
+		"amount_cents -5, want at least": func(o *workflows.Order) { o.AmountCents = -5 },
+		"no card":                        func(o *workflows.Order) { o.Card = "" },
+		"no address to ship to":          func(o *workflows.Order) { o.Address = "" },
+		"no item; quantity 0":            func(o *workflows.Order) { o.Item, o.Quantity = "", 0 },
+	} {
+		o := workflows.ExampleOrder()
+		change(&o)
+		err := run(o)
+		var fatal *broker.FatalError
+		require.ErrorAs(t, err, &fatal, want)
+		require.ErrorContains(t, err, want)
+	}
+}
+
+// TestStandIns: each behaviour an order can choose, and the outage.
+func TestStandIns(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var outage atomic.Value
+	outage.Store("")
+	s := workflows.NewStandIns()
+	s.Outage = func() string { return outage.Load().(string) }
+	o := workflows.ExampleOrder()
+	fatal := func(err error) bool {
+		var f *broker.FatalError
+		return errors.As(err, &f)
+	}
+
+	id, err := s.Charge(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, "pay-o-1001", id)
+	id, err = s.Reserve(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, "res-o-1001", id)
+	id, err = s.Book(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, "pickup-o-1001", id)
+	id, err = s.Ship(ctx, o)
+	require.NoError(t, err)
+	require.Equal(t, "TRK-o-1001", id)
+
+	declined := o
+	declined.Card = "4000-0000-0000-0002"
+	_, err = s.Charge(ctx, declined)
+	require.True(t, fatal(err))
+	require.ErrorContains(t, err, "declined")
+
+	slow := o
+	slow.Card = workflows.CardTimesOutOnce
+	_, err = s.Charge(ctx, slow)
+	require.ErrorContains(t, err, "timed out")
+	require.False(t, fatal(err), "a timeout is retried")
+	_, err = s.Charge(ctx, slow)
+	require.NoError(t, err, "approved on the next try")
+	other := slow
+	other.ID = "o-2"
+	_, err = s.Charge(ctx, other)
+	require.Error(t, err, "each order times out once")
+
+	gone := o
+	gone.Item = "Unobtainium"
+	_, err = s.Reserve(ctx, gone)
+	require.True(t, fatal(err))
+	require.ErrorContains(t, err, "out of stock")
+
+	far := o
+	far.Address = "1 Deep Road, atlantis"
+	_, err = s.Book(ctx, far)
+	require.True(t, fatal(err))
+	require.ErrorContains(t, err, "no deliveries")
+
+	for step, call := range map[string]func() error{
+		"charge":  func() error { _, err := s.Charge(ctx, o); return err },
+		"reserve": func() error { _, err := s.Book(ctx, o); return err },
+		"ship":    func() error { _, err := s.Ship(ctx, o); return err },
+	} {
+		outage.Store(step)
+		err := call()
+		require.ErrorIs(t, err, workflows.ErrOutage, step)
+		require.False(t, fatal(err), "an outage is retried")
+		require.ErrorContains(t, err, "ACEMQ_DEMO_OUTAGE="+step)
+		outage.Store("")
+		require.NoError(t, call(), "read at each call: the outage is over")
+	}
+	outage.Store("ship")
+	_, err = s.Reserve(ctx, o)
+	require.NoError(t, err, "only the step named is down")
+}
+
+// TestPlaceOrderRuns runs place-order on the stand-ins through the engine:
+// each behaviour an order can choose, as the journal shows it and as the
+// services saw it.
+func TestPlaceOrderRuns(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, newRecorder())
+		order := func(id string, change func(*workflows.Order)) workflows.Order {
+			o := workflows.ExampleOrder()
+			o.ID = id
+			if change != nil {
+				change(&o)
+			}
+			return o
+		}
+		ok := fx.start(order("ok", nil))
+		retried := fx.start(order("retried", func(o *workflows.Order) {
+			o.Card, o.Digital, o.Address, o.Item = workflows.CardTimesOutOnce, true, "", "e-book"
+		}))
+		declined := fx.start(order("declined", func(o *workflows.Order) { o.Card = workflows.CardDeclined }))
+		refused := fx.start(order("refused", func(o *workflows.Order) { o.Address = "Atlantis" }))
+		shipAt := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+		later := fx.start(order("later", func(o *workflows.Order) { o.ShipAt = shipAt }))
+
+		fx.wait(ok, journal.Completed, 10*time.Second)
+		_, got := fx.timeline(ok)
+		require.Equal(t, []string{"start::started", "step:validate:completed", "step:charge:completed", "step:reserve:completed", "step:ship:completed"}, got)
+		require.Equal(t, []string{"charge", "reserve", "book", "ship"}, fx.rec.of("ok"))
+
+		fx.wait(retried, journal.Completed, 10*time.Second)
+		tl, got := fx.timeline(retried)
+		require.Equal(t, []string{"start::started", "step:validate:completed", "step:charge:retried", "step:charge:completed",
+			"skip:reserve:skipped", "skip:ship:skipped"}, got, "a digital order is neither reserved nor shipped")
+		require.Contains(t, tl[2].Error, "charge 2400 cents: payment gateway timed out")
+		require.Equal(t, 2, tl[3].Attempt)
+
+		r := fx.wait(declined, journal.Failed, 10*time.Second)
+		_, got = fx.timeline(declined)
+		require.Equal(t, []string{"start::started", "step:validate:completed", "step:charge:failed"}, got)
+		require.Contains(t, r.Error, "card 4000 0000 0000 0002 declined")
+		require.Nil(t, r.DueAt, "nothing to compensate: not held")
+		require.Equal(t, []string{"charge!"}, fx.rec.of("declined"), "given up at once")
+
+		r = fx.wait(refused, journal.Failed, 10*time.Second)
+		require.Equal(t, "reserve", r.Step)
+		require.Contains(t, r.Error, `saga reserve failed at "book-courier": book a courier: fatal: courier: no deliveries to "Atlantis"; undone: reserve-stock`)
+		require.NotNil(t, r.DueAt, "held for replay")
+		require.WithinDuration(t, time.Now().Add(workflows.PlaceOrderHold), *r.DueAt, 10*time.Second)
+		require.Equal(t, []string{"charge", "reserve", "book!", "release res-refused"}, fx.rec.of("refused"),
+			"the saga released the stock it had reserved; the charge waits")
+		moved, err := fx.eng.Compensate(brokertest.Ctx(t), refused)
+		require.NoError(t, err)
+		require.Equal(t, fx.name+".reserve.dlq", moved.From)
+		fx.wait(refused, journal.Compensated, 10*time.Second)
+		_, got = fx.timeline(refused)
+		require.Equal(t, []string{"start::started", "step:validate:completed", "step:charge:completed", "step:reserve:failed",
+			"compensation::compensation started on request", "compensation:charge:compensated"}, got)
+		require.Equal(t, []string{"charge", "reserve", "book!", "release res-refused", "refund pay-refused"}, fx.rec.of("refused"))
+
+		fx.wait(later, journal.Completed, 15*time.Second)
+		tl, got = fx.timeline(later)
+		require.Equal(t, []string{"start::started", "step:validate:completed", "step:charge:completed", "step:reserve:completed",
+			"delay:ship:waiting", "step:ship:completed"}, got)
+		require.True(t, tl[4].DueAt.Equal(shipAt), "waits until ship_at: %s, want %s", tl[4].DueAt, shipAt)
+		require.False(t, fx.rec.when("later", "ship").Before(shipAt), "never ships early")
+	})
+}
+
+// TestPlaceOrderOutage is the operator's walkthrough: while ship's service
+// is down, ship is retried and given up within seconds and the run is held
+// for replay; once the outage is over, a replayed run completes, and a
+// run compensated instead is undone step by step.
+func TestPlaceOrderOutage(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		rec := newRecorder()
+		var outage atomic.Value
+		outage.Store("ship")
+		rec.Outage = func() string { return outage.Load().(string) }
+		fx := newFixture(t, h, rec)
+		o := workflows.ExampleOrder()
+		o.ID = "replayed"
+		replayed := fx.start(o)
+		o.ID = "compensated"
+		compensated := fx.start(o)
+
+		began := time.Now()
+		r := fx.wait(replayed, journal.Failed, 20*time.Second)
+		require.Less(t, time.Since(began), 15*time.Second, "given up within seconds")
+		require.Equal(t, "ship", r.Step)
+		require.Contains(t, r.Error, "ship: courier: service unavailable (outage simulated by ACEMQ_DEMO_OUTAGE=ship)")
+		require.NotNil(t, r.DueAt, "held for replay")
+		_, got := fx.timeline(replayed)
+		require.Equal(t, []string{"start::started", "step:validate:completed", "step:charge:completed", "step:reserve:completed",
+			"step:ship:retried", "step:ship:retried", "step:ship:retried", "step:ship:failed"}, got)
+		fx.wait(compensated, journal.Failed, 20*time.Second)
+
+		outage.Store("")
+		_, err := fx.eng.Replay(brokertest.Ctx(t), replayed)
+		require.NoError(t, err)
+		fx.wait(replayed, journal.Completed, 10*time.Second)
+		_, got = fx.timeline(replayed)
+		require.Equal(t, []string{"replay:ship:replayed", "step:ship:completed"}, got[len(got)-2:])
+		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!", "ship"}, rec.of("replayed"))
+
+		_, err = fx.eng.Compensate(brokertest.Ctx(t), compensated)
+		require.NoError(t, err)
+		fx.wait(compensated, journal.Compensated, 10*time.Second)
+		_, got = fx.timeline(compensated)
+		require.Equal(t, []string{"compensation::compensation started on request", "compensation:reserve:compensated",
+			"compensation:charge:compensated"}, got[len(got)-3:], "newest first")
+		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!",
+			"cancel pickup-compensated", "release res-compensated", "refund pay-compensated"}, rec.of("compensated"))
+	})
+}

@@ -36,19 +36,6 @@ func (o Outgoing) MarshalEnvelope() (string, error) {
 	return string(b), err
 }
 
-// MarshalBinary encodes o whole (body included, Mandatory not), in the
-// envelope's form with the body as one more tagged value: what is kept of
-// a prepared message that may have to be sent again exactly as it was.
-func (o Outgoing) MarshalBinary() ([]byte, error) {
-	t := o.envelopeTable()
-	t["body"] = o.Message.Body
-	v, err := typedValue(t)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(v)
-}
-
 // UnmarshalEnvelope reads what MarshalEnvelope wrote (Body empty). Input
 // it cannot read is an error matching ErrUnreadableEnvelope.
 func UnmarshalEnvelope(s string) (Outgoing, error) {
@@ -57,23 +44,6 @@ func UnmarshalEnvelope(s string) (Outgoing, error) {
 		return Outgoing{}, err
 	}
 	return envelopeFromTable(t), nil
-}
-
-// UnmarshalBinary reads what MarshalBinary wrote. Input it cannot read is
-// an error matching ErrUnreadableEnvelope.
-func (o *Outgoing) UnmarshalBinary(b []byte) error {
-	t, err := decodeEnvelopeTable(string(b))
-	if err != nil {
-		return err
-	}
-	out := envelopeFromTable(t)
-	body, ok := t["body"].([]byte)
-	if !ok && t["body"] != nil {
-		return fmt.Errorf("%w: body is a %T", errEnvelope, t["body"])
-	}
-	out.Message.Body = body
-	*o = out
-	return nil
 }
 
 func (o Outgoing) envelopeTable() transport.Table {

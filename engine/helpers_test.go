@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -180,3 +181,7 @@ func amqpPublishing(causedBy, correlation string, body []byte, headers amqp.Tabl
 		DeliveryMode: amqp.Persistent, Timestamp: time.Now(), Headers: headers, Body: body,
 	}
 }
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -41,6 +41,9 @@
 //
 // Errors wrap sentinels and typed errors for errors.Is and errors.As:
 // [ErrInvalidOption], [ErrInvalidURL], [ErrReservedHeader], [ErrClosed],
-// [ErrUnroutable], [*FatalError], [*DecodeError], [*MalformedHeaderError], and the
-// transport's errors (package transport).
+// [ErrUnroutable], [ErrUnreadableEnvelope], [*FatalError], [*DecodeError],
+// [*MalformedHeaderError], [*QueueTypeError], [*ConsumerEndedError], and
+// the transport's errors (package transport: ErrTooLarge,
+// ErrConnectionLost, *ReturnedError, ...). [Refused] tells a publish the
+// broker said no to from one whose fate is unknown.
 package broker

@@ -44,9 +44,12 @@ func Decode[T any](m *Message) (T, error) {
 	return v, err
 }
 
-// Raw is the delivery as the transport handed it, engine headers included:
-// for patterns that move a message verbatim (a replay, a stream reader
-// reading x-stream-offset). Nil for a message not received from a broker.
+// Raw is the delivery with its engine headers, as the transport handed it
+// but for x-acemq-first-seen, which the consumer writes in when the
+// message arrived without one (so that every move of it carries the value
+// worked out for it): for patterns that move a message verbatim (a
+// replay, a stream reader reading x-stream-offset). Nil for a message not
+// received from a broker.
 func (m *Message) Raw() *transport.Delivery { return m.delivery }
 
 type handlingKey struct{}

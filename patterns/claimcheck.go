@@ -38,7 +38,8 @@ var claimCheckPrefix = []byte{claimCheckMagic, claimCheckVersion}
 // is a retention decision.
 //
 // A key read from a message is untrusted input: a store must refuse, with a
-// *broker.FatalError, a key that is not of the form it issues.
+// *broker.FatalError, a key that is not a key by the contract (1-200 bytes
+// of [A-Za-z0-9._-], not starting with a dot), whichever store issued it.
 type ClaimCheckStore interface {
 	Put(ctx context.Context, content []byte) (string, error)
 	Get(ctx context.Context, key string) ([]byte, bool, error)

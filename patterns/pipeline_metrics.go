@@ -38,6 +38,7 @@ func newPipelineMetrics(conn *broker.Conn) (*pipelineMetrics, error) {
 	total, errT := m.Int64Counter("acemq.pipeline.run.total",
 		metric.WithDescription("Pipeline runs that left the pipeline, by pipeline, the step they left at and outcome."))
 	duration, errD := m.Float64Histogram("acemq.pipeline.run.duration", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(broker.DurationBuckets()...),
 		metric.WithDescription("Age of a run's envelope (since x-acemq-first-seen) when it left the pipeline."))
 	if err := errors.Join(errT, errD); err != nil {
 		return nil, fmt.Errorf("create pipeline instruments: %w", err)

@@ -1,7 +1,8 @@
 // Package persistence is the PostgreSQL (pgx/v5) side of the pattern
 // stores: [SQLOutboxStore], [SQLIdempotencyStore] and [SQLSchemaRegistry]
 // implement the interfaces of package patterns with state that is shared
-// between processes and survives a restart.
+// between processes and survives a restart, and [SQLJournal] is the
+// engine's run journal.
 //
 // # The connection is yours
 //
@@ -28,8 +29,21 @@
 // consumer costs a lease's wait and possibly a duplicate, never a message.
 // Times are timestamptz, compared by the database's own clock.
 //
+// # The run journal
+//
+// [SQLJournal] is the engine's run journal (journal.Journal) shared by
+// every worker of a database: a row per run and a row per timeline entry,
+// applied by the journal package's rules, so that it passes the same
+// conformance suite (journaltest) as journal.Memory. [SQLJournal.Record]
+// writes a batch in one statement that locks runs in id order, so workers
+// recording the same runs at once neither deadlock nor take a run back;
+// listing runs reads one newest-first index range per status asked for.
+// Nothing deletes runs but [SQLJournal.PurgeEnded], run by whoever wants
+// retention, in small batches.
+//
 // # Configuration
 //
 // Long-lived stores take a config struct whose zero value is the defaults
-// (SQLOutboxStoreConfig, SQLIdempotencyStoreConfig, SQLSchemaRegistryConfig).
+// (SQLOutboxStoreConfig, SQLIdempotencyStoreConfig, SQLSchemaRegistryConfig,
+// SQLJournalConfig).
 package persistence

@@ -21,6 +21,8 @@ const (
 	DefaultIdempotencyTable   = "acemq_idempotency"
 	DefaultSchemasTable       = "acemq_schemas"
 	DefaultSchemaCounterTable = "acemq_schema_ids"
+	DefaultRunsTable          = "acemq_runs"
+	DefaultRunEventsTable     = "acemq_run_events"
 )
 
 // maxTableName leaves room under PostgreSQL's 63-byte identifier limit for
@@ -44,6 +46,10 @@ type Tables struct {
 	Schemas string
 	// SchemaCounter holds the counter SQLSchemaRegistry takes ids from.
 	SchemaCounter string
+	// Runs holds SQLJournal's runs, one row each.
+	Runs string
+	// RunEvents holds SQLJournal's timelines, one row per entry.
+	RunEvents string
 }
 
 // Validate refuses a name that is not a plain lower-case identifier
@@ -71,6 +77,7 @@ func (t Tables) fields() []tableField {
 	return []tableField{
 		{"migrations", t.Migrations}, {"outbox", t.Outbox}, {"idempotency", t.Idempotency},
 		{"schemas", t.Schemas}, {"schema counter", t.SchemaCounter},
+		{"runs", t.Runs}, {"run events", t.RunEvents},
 	}
 }
 
@@ -85,6 +92,8 @@ func (t Tables) withDefaults() Tables {
 	def(&t.Idempotency, DefaultIdempotencyTable)
 	def(&t.Schemas, DefaultSchemasTable)
 	def(&t.SchemaCounter, DefaultSchemaCounterTable)
+	def(&t.Runs, DefaultRunsTable)
+	def(&t.RunEvents, DefaultRunEventsTable)
 	return t
 }
 
@@ -109,5 +118,11 @@ func (t Tables) render(sql string) string {
 		"{{idempotency_expires_idx}}", q(t.Idempotency+"_expires_idx"),
 		"{{schemas}}", q(t.Schemas),
 		"{{schema_counter}}", q(t.SchemaCounter),
+		"{{runs}}", q(t.Runs),
+		"{{runs_flow_idx}}", q(t.Runs+"_flow_idx"),
+		"{{runs_status_idx}}", q(t.Runs+"_status_idx"),
+		"{{runs_error_idx}}", q(t.Runs+"_error_idx"),
+		"{{runs_ended_idx}}", q(t.Runs+"_ended_idx"),
+		"{{run_events}}", q(t.RunEvents),
 	).Replace(sql)
 }

@@ -1,0 +1,264 @@
+package persistence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/acemq/acemq-flow/engine/journal"
+)
+
+// Run returns one run, or an error matching journal.ErrRunNotFound.
+func (j *SQLJournal) Run(ctx context.Context, id string) (journal.Run, error) {
+	rows, err := j.db.Query(ctx, j.sql.run, id)
+	if err != nil {
+		return journal.Run{}, fmt.Errorf("journal %s: run %q: %w", j.t.Runs, id, err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRun)
+	switch {
+	case err != nil:
+		return journal.Run{}, fmt.Errorf("journal %s: run %q: %w", j.t.Runs, id, err)
+	case len(runs) == 0:
+		return journal.Run{}, fmt.Errorf("journal %s: %w: %q", j.t.Runs, journal.ErrRunNotFound, id)
+	}
+	return runs[0], nil
+}
+
+// Runs returns the runs q selects, newest first (by start, then run id),
+// at most q.Limit (journal.DefaultLimit when 0 or less). ErrorContains is
+// matched case-insensitively by the database's ILIKE, its % and _ taken
+// literally.
+func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = journal.DefaultLimit
+	}
+	// Every status when none is asked for: each listing then walks one
+	// index range per status, newest first, rather than sorting them all.
+	statuses := journal.Statuses()
+	if len(q.Statuses) > 0 {
+		statuses = statuses[:0]
+		for _, s := range q.Statuses {
+			if !slices.Contains(statuses, s) {
+				statuses = append(statuses, s)
+			}
+		}
+	}
+	names := make([]string, len(statuses))
+	for i, s := range statuses {
+		names[i] = string(s)
+	}
+	since := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
+	if !q.Since.IsZero() {
+		since = pgtype.Timestamptz{Valid: true, Time: q.Since}
+	}
+	before := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.Infinity}
+	if !q.Before.IsZero() {
+		before = pgtype.Timestamptz{Valid: true, Time: q.Before}
+	}
+	args := []any{names, since, before, limit}
+	var shape int
+	if q.Flow != "" {
+		shape |= listByFlow
+		args = append(args, q.Flow)
+	}
+	if q.ErrorContains != "" {
+		shape |= listByError
+		args = append(args, "%"+likeEscaper.Replace(q.ErrorContains)+"%")
+	}
+	rows, err := j.db.Query(ctx, j.sql.list[shape], args...)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: runs: %w", j.t.Runs, err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRun)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: runs: %w", j.t.Runs, err)
+	}
+	return runs, nil
+}
+
+// likeEscaper makes a text match itself in a LIKE pattern (backslash is
+// LIKE's default escape).
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+// Timeline returns a run's events in journal.SortTimeline's order, or an
+// error matching journal.ErrRunNotFound. Each event carries what was
+// recorded except Input, which is kept once, on the run.
+func (j *SQLJournal) Timeline(ctx context.Context, id string) ([]journal.Event, error) {
+	rows, err := j.db.Query(ctx, j.sql.timeline, id)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: timeline of %q: %w", j.t.RunEvents, id, err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (journal.Event, error) {
+		e := journal.Event{RunID: id}
+		var kind, status string
+		err := row.Scan(&e.Flow, &e.Key, &e.Seq, &kind, &e.Step, &e.Attempt, &e.Outcome, &e.StartedAt, &e.EndedAt,
+			&e.Error, &e.Queue, &e.DueAt, &status, &e.RunStep, &e.Replays, &e.DeadLetter)
+		e.Kind, e.Status = journal.Kind(kind), journal.Status(status)
+		e.StartedAt, e.EndedAt, e.DueAt = e.StartedAt.UTC(), e.EndedAt.UTC(), utcPtr(e.DueAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: timeline of %q: %w", j.t.RunEvents, id, err)
+	}
+	if len(events) == 0 {
+		// Every run has events; none means no such run, unless it was
+		// recorded in between.
+		if _, err := j.Run(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return events, nil
+}
+
+// runColumns are what scanRun reads, in its order.
+const runColumns = `r.run_id, r.flow, r.status, r.step, r.input, r.error, r.started_at, r.updated_at,
+	r.ended_at, r.due_at, r.dead_letter, r.replays, r.seq`
+
+func scanRun(row pgx.CollectableRow) (journal.Run, error) {
+	var (
+		r      journal.Run
+		status string
+		input  []byte
+	)
+	err := row.Scan(&r.ID, &r.Flow, &status, &r.Step, &input, &r.Error, &r.StartedAt, &r.UpdatedAt,
+		&r.EndedAt, &r.DueAt, &r.DeadLetter, &r.Replays, &r.Seq)
+	r.Status = journal.Status(status)
+	if input != nil {
+		r.Input = json.RawMessage(input)
+	}
+	r.StartedAt, r.UpdatedAt, r.EndedAt, r.DueAt = r.StartedAt.UTC(), r.UpdatedAt.UTC(), utcPtr(r.EndedAt), utcPtr(r.DueAt)
+	return r, err
+}
+
+// utcPtr is t in UTC: pgx reads times in the process's zone, the journal
+// hands out what it was given, in UTC.
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// The shapes of the Runs statement, by which filters are set: one
+// statement each, so that every plan is made for the filters it has.
+const (
+	listByFlow = 1 << iota
+	listByError
+)
+
+// journalStatements are the journal's statements, rendered for its tables
+// once.
+type journalStatements struct {
+	record, run, timeline, purge string
+	list                         [4]string
+}
+
+func renderJournalStatements(t Tables) journalStatements {
+	s := journalStatements{
+		record: t.render(`
+			WITH b AS (
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[],
+					$7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[],
+					$12::integer[], $13::bigint[], $14::timestamptz[], $15::boolean[])
+				WITH ORDINALITY AS b(run_id, flow, status, step, input, error, started_at, updated_at,
+					ended_at, due_at, dead_letter, replays, seq, min_start, has_status, ord)
+			), entries AS (
+				-- Unreferenced, so it runs after the runs' upsert: every
+				-- batch locks runs, then entries, each in sorted order.
+				INSERT INTO {{run_events}} (run_id, key, seq, kind, step, attempt, outcome, started_at, ended_at,
+					error, queue, due_at, status, run_step, replays, dead_letter)
+				SELECT run_id, key, seq, kind, step, attempt, outcome, started_at, ended_at,
+					error, queue, due_at, status, run_step, replays, dead_letter
+				FROM unnest($16::text[], $17::text[], $18::bigint[], $19::text[], $20::text[], $21::integer[],
+					$22::text[], $23::timestamptz[], $24::timestamptz[], $25::text[], $26::text[],
+					$27::timestamptz[], $28::text[], $29::text[], $30::integer[], $31::text[])
+				WITH ORDINALITY AS e(run_id, key, seq, kind, step, attempt, outcome, started_at, ended_at,
+					error, queue, due_at, status, run_step, replays, dead_letter, ord)
+				ORDER BY ord
+				ON CONFLICT (run_id, key) DO UPDATE SET
+					(seq, kind, step, attempt, outcome, started_at, ended_at, error, queue, due_at, status,
+						run_step, replays, dead_letter) =
+					(EXCLUDED.seq, EXCLUDED.kind, EXCLUDED.step, EXCLUDED.attempt, EXCLUDED.outcome,
+						EXCLUDED.started_at, EXCLUDED.ended_at, EXCLUDED.error, EXCLUDED.queue, EXCLUDED.due_at,
+						EXCLUDED.status, EXCLUDED.run_step, EXCLUDED.replays, EXCLUDED.dead_letter)
+			)
+			INSERT INTO {{runs}} AS cur (run_id, flow, status, step, input, error, started_at, updated_at,
+				ended_at, due_at, dead_letter, replays, seq)
+			SELECT run_id, flow, status, step, input, error, started_at, updated_at,
+				ended_at, due_at, dead_letter, replays, seq
+			FROM b ORDER BY ord
+			ON CONFLICT (run_id) DO UPDATE SET
+				(started_at, input, status, step, error, updated_at, ended_at, due_at, dead_letter, replays, seq) = (
+				SELECT LEAST(cur.started_at, d.min_start), COALESCE(cur.input, EXCLUDED.input),
+					CASE WHEN d.apply THEN EXCLUDED.status ELSE cur.status END,
+					CASE WHEN d.apply THEN EXCLUDED.step ELSE cur.step END,
+					CASE WHEN d.apply THEN EXCLUDED.error ELSE cur.error END,
+					CASE WHEN d.apply THEN EXCLUDED.updated_at ELSE cur.updated_at END,
+					CASE WHEN d.apply THEN EXCLUDED.ended_at ELSE cur.ended_at END,
+					CASE WHEN d.apply THEN EXCLUDED.due_at ELSE cur.due_at END,
+					CASE WHEN d.apply THEN EXCLUDED.dead_letter ELSE cur.dead_letter END,
+					CASE WHEN d.apply THEN EXCLUDED.replays ELSE cur.replays END,
+					CASE WHEN d.apply THEN EXCLUDED.seq ELSE cur.seq END
+				FROM (SELECT ($14::timestamptz[])[i] AS min_start, ($15::boolean[])[i] AND EXCLUDED.seq >= cur.seq AS apply
+				      FROM array_position($1::text[], EXCLUDED.run_id) AS i) AS d)`),
+		run: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = $1`),
+		timeline: t.render(`
+			SELECT r.flow, e.key, e.seq, e.kind, e.step, e.attempt, e.outcome, e.started_at, e.ended_at,
+				e.error, e.queue, e.due_at, e.status, e.run_step, e.replays, e.dead_letter
+			FROM {{runs}} r JOIN {{run_events}} e ON e.run_id = r.run_id
+			WHERE r.run_id = $1
+			ORDER BY e.seq, e.ended_at, e.key`),
+		purge: t.render(`
+			WITH victims AS (
+				SELECT run_id FROM {{runs}}
+				WHERE ended_at < now() - $1 * interval '1 second'
+				ORDER BY ended_at LIMIT $2
+				FOR UPDATE SKIP LOCKED
+			), gone AS (
+				DELETE FROM {{runs}} r USING victims v WHERE r.run_id = v.run_id RETURNING r.run_id
+			), entries AS (
+				DELETE FROM {{run_events}} e USING gone g WHERE e.run_id = g.run_id
+			)
+			SELECT count(*) FROM gone`),
+	}
+	// $1 statuses, $2 since, $3 before, $4 limit, then the flow and the
+	// error pattern when the shape has them.
+	for shape := range s.list {
+		var flow, needle string
+		next := 5
+		if shape&listByFlow != 0 {
+			flow = fmt.Sprintf(" AND r.flow = $%d", next)
+			next++
+		}
+		if shape&listByError != 0 {
+			needle = fmt.Sprintf(" AND r.error <> '' AND r.error ILIKE $%d", next)
+		}
+		if needle == "" {
+			// One newest-first index range per status, merged: a few
+			// hundred rows read whatever the table holds.
+			s.list[shape] = t.render(`
+				SELECT ` + runColumns + ` FROM unnest($1::text[]) AS s(status)
+				CROSS JOIN LATERAL (
+					SELECT * FROM {{runs}} r
+					WHERE r.status = s.status` + flow + ` AND r.started_at >= $2 AND r.started_at < $3
+					ORDER BY r.started_at DESC, r.run_id DESC LIMIT $4) r
+				ORDER BY r.started_at DESC, r.run_id DESC LIMIT $4`)
+			continue
+		}
+		// Runs with an error are few; their partial index is walked
+		// newest first until the limit matches.
+		s.list[shape] = t.render(`
+			SELECT ` + runColumns + ` FROM {{runs}} r
+			WHERE r.status = ANY($1::text[]) AND r.started_at >= $2 AND r.started_at < $3` + flow + needle + `
+			ORDER BY r.started_at DESC, r.run_id DESC LIMIT $4`)
+	}
+	return s
+}

@@ -42,7 +42,7 @@ type ladder struct {
 	declared bool
 	control  *Consumer
 
-	scheduled, delivered, hops, malformed atomic.Int64
+	scheduledN, delivered, hops, malformed atomic.Int64
 }
 
 func newLadder(c *Conn, name string) *ladder { return &ladder{conn: c, name: name} }
@@ -54,7 +54,7 @@ func (c *Conn) Ladder() string { return c.ladder.name }
 func (c *Conn) LadderStats() LadderStats {
 	l := c.ladder
 	return LadderStats{
-		Scheduled: l.scheduled.Load(), Delivered: l.delivered.Load(),
+		Scheduled: l.scheduledN.Load(), Delivered: l.delivered.Load(),
 		Hops: l.hops.Load(), Malformed: l.malformed.Load(),
 	}
 }
@@ -133,6 +133,16 @@ func (l *ladder) schedule(ctx context.Context, due time.Time, exchange, key stri
 	if err := l.declare(ctx); err != nil {
 		return err
 	}
+	if err := l.conn.send(ctx, l.scheduled(due, exchange, key, msg)); err != nil {
+		return err
+	}
+	l.scheduledN.Add(1)
+	return nil
+}
+
+// scheduled is msg addressed to the rung for due, carrying the schedule
+// headers that take it to exchange and key.
+func (l *ladder) scheduled(due time.Time, exchange, key string, msg transport.Message) Outgoing {
 	h := msg.Headers.Clone()
 	if h == nil {
 		h = Table{}
@@ -142,11 +152,17 @@ func (l *ladder) schedule(ctx context.Context, due time.Time, exchange, key stri
 	h[HeaderScheduleDueAt] = due.UnixMilli()
 	h[HeaderScheduleContentType] = msg.ContentType
 	msg.Headers = h
-	if err := l.hop(ctx, RungFor(time.Until(due)), msg); err != nil {
-		return err
-	}
-	l.scheduled.Add(1)
-	return nil
+	return Outgoing{Exchange: l.name, RoutingKey: l.name + RungFor(time.Until(due)), Mandatory: true, Message: msg}
+}
+
+// Scheduled returns out as Schedule would put it into the ladder: to the
+// ladder's exchange, addressed to the rung for due, with the schedule
+// headers. It is for a message that is sent later by something else (an
+// outbox relay): the rung is chosen for the time left now, so the message
+// is as late as it is sent late, never early. The ladder must exist when
+// it is sent (DeclareLadder, or any connection that ran it).
+func (c *Conn) Scheduled(due time.Time, out Outgoing) Outgoing {
+	return c.ladder.scheduled(due, out.Exchange, out.RoutingKey, out.Message)
 }
 
 func (l *ladder) hop(ctx context.Context, rung string, msg transport.Message) error {

@@ -22,6 +22,10 @@ const (
 	// HeaderCompensation is on a compensation's message: why the run is
 	// being compensated and what is left to undo.
 	HeaderCompensation = "acemq-flow-compensation"
+	// HeaderStarted marks the first message of a run started through an
+	// outbox (StartTx): its first step records the run's start, which no
+	// process recorded when the transaction committed.
+	HeaderStarted = "acemq-flow-started"
 )
 
 // runState is the acemq-flow-run header.
@@ -107,7 +111,7 @@ func replays(h broker.Table) int {
 var hopDropped = []string{
 	"traceparent", "tracestate",
 	broker.HeaderReplayedFrom, broker.HeaderReplayedAt,
-	broker.HeaderRoutingSlip, HeaderRun, HeaderCompensation,
+	broker.HeaderRoutingSlip, HeaderRun, HeaderCompensation, HeaderStarted,
 }
 
 // carried is the headers of m a message that continues its run carries.

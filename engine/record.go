@@ -48,6 +48,16 @@ func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 		Seq: journal.Seq(a.replays, a.pos+1, m.Attempt, 2), Key: fmt.Sprintf("step/%d/%d/%d", a.replays, a.pos, m.Attempt),
 	}
 	var events []journal.Event
+	if _, ok := m.Headers[HeaderStarted]; ok {
+		// Started in a transaction (StartTx): nobody recorded its start.
+		start := journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStart, Outcome: "started (outbox)",
+			StartedAt: m.FirstSeen, EndedAt: m.FirstSeen, Status: journal.Running, RunStep: r.spec.Name,
+			Seq: journal.Seq(0, 0, 1, 0), Key: "start"}
+		if r.f.json {
+			start.Input = append([]byte(nil), m.Body...)
+		}
+		events = append(events, start)
+	}
 	if a.pos > 0 && a.pos < len(a.route) && r.f.external(a.route[a.pos-1]) {
 		// The run came back from a step another service served.
 		prev := a.route[a.pos-1]

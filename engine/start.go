@@ -68,73 +68,131 @@ type Started struct {
 // It returns once the broker confirmed the run's first message (held on
 // the ladder if the run waits first), and records the run in the journal.
 func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts ...StartOption) (Started, error) {
+	p, err := e.prepareStart(ctx, flowName, payload, opts)
+	if err != nil || p.done {
+		return p.res, err
+	}
+	if p.res.DueAt.IsZero() {
+		err = e.conn.Send(ctx, p.out)
+	} else {
+		err = e.conn.Schedule(ctx, p.res.DueAt, p.out)
+	}
+	if err != nil {
+		return p.res, fmt.Errorf("start %q: %w", flowName, err)
+	}
+	e.record(ctx, p.events...)
+	e.metrics.started(ctx, flowName)
+	return p.res, nil
+}
+
+// TxOutbox is an outbox that adds a record inside the caller's own
+// transaction: persistence.SQLOutboxStore is one, with Tx its DB.
+type TxOutbox[Tx any] interface {
+	Add(ctx context.Context, tx Tx, rec patterns.OutboxRecord) (string, error)
+}
+
+// StartTx starts a run inside the caller's transaction: the run's first
+// message is written to outbox in tx, so the run exists if and only if tx
+// commits, and the outbox's relay (patterns.OutboxRelay on the same store)
+// publishes it once it has. The run enters the journal when its first step
+// takes it. Payload and options are Start's; the payload is refused
+// before anything is written. A run held until later (At, In, or a delay
+// before its first step) waits on the ladder from when the relay sends it,
+// never less.
+func StartTx[Tx any](ctx context.Context, e *Engine, outbox TxOutbox[Tx], tx Tx, flowName string, payload any, opts ...StartOption) (Started, error) {
+	if outbox == nil {
+		return Started{}, fmt.Errorf("%w: nil outbox", ErrInvalidConfig)
+	}
+	p, err := e.prepareStart(ctx, flowName, payload, opts)
+	if err != nil || p.done {
+		return p.res, err
+	}
+	out := p.out
+	if out.Message.Headers == nil {
+		out.Message.Headers = broker.Table{}
+	}
+	out.Message.Headers[HeaderStarted] = "outbox"
+	if !p.res.DueAt.IsZero() {
+		if err := e.conn.DeclareLadder(ctx); err != nil {
+			return p.res, fmt.Errorf("start %q: %w", flowName, err)
+		}
+		out = e.conn.Scheduled(p.res.DueAt, out)
+	}
+	out.Mandatory = true
+	if _, err := outbox.Add(ctx, tx, patterns.OutboxRecord{Outgoing: out}); err != nil {
+		return p.res, fmt.Errorf("start %q in a transaction: %w", flowName, err)
+	}
+	return p.res, nil
+}
+
+// started is what a start prepared: its result, its first message, the
+// journal events it records once sent, and whether the run was already
+// done (every step skipped: nothing to send).
+type started struct {
+	res    Started
+	out    broker.Outgoing
+	events []journal.Event
+	done   bool
+}
+
+func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any, opts []StartOption) (started, error) {
 	var cfg startConfig
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
-			return Started{}, err
+			return started{}, err
 		}
 	}
 	f, err := e.flow(flowName)
 	if err != nil {
-		return Started{}, err
+		return started{}, err
 	}
 	input, raw, err := f.input(payload)
 	if err != nil {
-		return Started{}, err
+		return started{}, err
 	}
 	if cfg.runID == "" {
 		cfg.runID = broker.NewID()
 	}
-	res := Started{RunID: cfg.runID, Flow: f.name}
+	p := started{res: Started{RunID: cfg.runID, Flow: f.name}}
 	route, err := f.def.Route(ctx, func(v any) error { return json.Unmarshal(raw, v) })
 	if err != nil {
-		return res, fmt.Errorf("start %q: %w", f.name, err)
+		return p, fmt.Errorf("start %q: %w", f.name, err)
 	}
 	now := time.Now()
 	h, err := f.plan(route, -1, input, now)
 	if err != nil {
-		return res, fmt.Errorf("start %q: %w", f.name, err)
+		return p, fmt.Errorf("start %q: %w", f.name, err)
 	}
 	if cfg.at.After(now) && cfg.at.After(h.due) {
 		h.due = cfg.at
 	}
-	start := journal.Event{RunID: res.RunID, Flow: f.name, Kind: journal.KindStart, Outcome: "started",
+	start := journal.Event{RunID: p.res.RunID, Flow: f.name, Kind: journal.KindStart, Outcome: "started",
 		StartedAt: now, EndedAt: now, Input: raw, Status: journal.Running, Seq: journal.Seq(0, 0, 1, 0), Key: "start"}
 	if h.next == len(route) {
 		// Every step skipped: the run is done as it starts.
 		start.Status, start.RunStep = journal.Completed, route[len(route)-1]
-		e.record(ctx, append([]journal.Event{start}, f.startSkips(res.RunID, route, h, now)...)...)
+		e.record(ctx, append([]journal.Event{start}, f.startSkips(p.res.RunID, route, h, now)...)...)
 		e.metrics.started(ctx, f.name)
-		return res, nil
+		p.done = true
+		return p, nil
 	}
 	start.RunStep = route[h.next]
 	// A run started before any worker ran waits in its queue for one.
 	if err := e.declare(ctx, f); err != nil {
-		return res, fmt.Errorf("start %q: %w", f.name, err)
+		return p, fmt.Errorf("start %q: %w", f.name, err)
 	}
-	out, err := f.startMessage(ctx, e.conn, res.RunID, route, h.next, input)
-	if err != nil {
-		return res, fmt.Errorf("start %q: %w", f.name, err)
+	if p.out, err = f.startMessage(ctx, e.conn, p.res.RunID, route, h.next, input); err != nil {
+		return p, fmt.Errorf("start %q: %w", f.name, err)
 	}
+	p.events = append([]journal.Event{start}, f.startSkips(p.res.RunID, route, h, now)...)
 	if h.due.After(now) {
-		err = e.conn.Schedule(ctx, h.due, out)
-		res.DueAt = h.due
-	} else {
-		err = e.conn.Send(ctx, out)
-	}
-	if err != nil {
-		return res, fmt.Errorf("start %q: %w", f.name, err)
-	}
-	events := append([]journal.Event{start}, f.startSkips(res.RunID, route, h, now)...)
-	if !res.DueAt.IsZero() {
-		due := res.DueAt
-		events = append(events, journal.Event{RunID: res.RunID, Flow: f.name, Kind: journal.KindDelay, Step: route[h.next],
+		p.res.DueAt = h.due
+		due := h.due
+		p.events = append(p.events, journal.Event{RunID: p.res.RunID, Flow: f.name, Kind: journal.KindDelay, Step: route[h.next],
 			Outcome: "waiting", StartedAt: now, EndedAt: now, DueAt: &due, Status: journal.Waiting, RunStep: route[h.next],
 			Seq: journal.Seq(0, h.next+1, 0, 0), Key: fmt.Sprintf("delay/0/%d", h.next)})
 	}
-	e.record(ctx, events...)
-	e.metrics.started(ctx, f.name)
-	return res, nil
+	return p, nil
 }
 
 func (f *flow) startSkips(runID string, route []string, h hop, now time.Time) []journal.Event {

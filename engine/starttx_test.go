@@ -1,0 +1,81 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/brokertest"
+	"github.com/acemq/acemq-flow/internal/testenv"
+	"github.com/acemq/acemq-flow/patterns"
+	"github.com/acemq/acemq-flow/persistence"
+)
+
+// TestStartTx: a run started inside the caller's transaction exists if and
+// only if the transaction commits: committed, the relay sends it and it
+// runs (and enters the journal); rolled back, nothing runs.
+func TestStartTx(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		db, err := pgxpool.New(ctx, testenv.DatabaseURL(t))
+		require.NoError(t, err)
+		t.Cleanup(db.Close)
+		var b [5]byte
+		_, _ = rand.Read(b[:])
+		outboxTable := "acemq_t" + hex.EncodeToString(b[:]) + "_outbox"
+		tables := persistence.Tables{Outbox: outboxTable, Migrations: outboxTable + "_migrations",
+			Idempotency: outboxTable + "_idem", Schemas: outboxTable + "_schemas", SchemaCounter: outboxTable + "_ids",
+			Runs: outboxTable + "_runs", RunEvents: outboxTable + "_events"}
+		require.NoError(t, persistence.MigrateTables(ctx, db, tables))
+		t.Cleanup(func() {
+			for _, n := range []string{tables.Outbox, tables.Migrations, tables.Idempotency, tables.Schemas, tables.SchemaCounter, tables.Runs, tables.RunEvents} {
+				_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize())
+			}
+		})
+		store, err := persistence.NewSQLOutboxStore(db, persistence.SQLOutboxStoreConfig{Tables: tables})
+		require.NoError(t, err)
+
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name, dsl.Step("charge", appendStep(ef, "charge"))))
+		fx.work()
+		relay, err := patterns.NewOutboxRelay(fx.conn, store, patterns.OutboxRelayConfig{Interval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, relay.Start(ctx))
+		t.Cleanup(func() { _ = relay.Close(context.Background()) })
+
+		var committed, rolledBack engine.Started
+		require.NoError(t, pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			committed, err = engine.StartTx(ctx, fx.eng, store, persistence.DB(tx), fx.name, Order{ID: "kept"})
+			return err
+		}))
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		rolledBack, err = engine.StartTx(ctx, fx.eng, store, persistence.DB(tx), fx.name, Order{ID: "dropped"})
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+
+		r := fx.waitStatus(committed.RunID, journal.Completed, 15*time.Second)
+		require.JSONEq(t, `{"id":"kept","amount":0,"digital":false,"Trail":null}`, string(r.Input), "the run's input is recorded by its first step")
+		require.Equal(t, 1, ef.get(committed.RunID, "charge"))
+		require.Equal(t, []string{"start::started (outbox)", "step:charge:completed"}, fx.outcomes(committed.RunID))
+
+		var left int
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{tables.Outbox}.Sanitize()).Scan(&left))
+		require.Zero(t, left, "the committed start was relayed, and the rolled-back one was never written")
+		_, err = fx.eng.Journal().Run(ctx, rolledBack.RunID)
+		require.ErrorIs(t, err, journal.ErrRunNotFound, "a rolled-back start is no run")
+		require.Zero(t, ef.get(rolledBack.RunID, "charge"))
+		_, err = engine.StartTx(ctx, fx.eng, store, persistence.DB(nil), fx.name, "not an order")
+		require.ErrorIs(t, err, engine.ErrInvalidPayload)
+	})
+}

@@ -1,13 +1,18 @@
 // Package cli is the acemq-flow command line as a library: a user's own
-// worker binary calls [Main] (or builds on [NewRoot]) and gets every
-// operator command.
+// worker binary calls [Main] with its flows (or builds on [NewRoot]) and
+// gets every operator command for them:
+//
+//	func main() { cli.Main(orders.PlaceOrder, billing.Invoice) }
 //
 // Every flag has an environment fallback, ACEMQ_ followed by the flag's
 // name in upper case with dashes as underscores (--url is ACEMQ_URL); a
-// flag given on the command line wins. Data goes to standard output, logs
-// and errors to standard error, and a failed command exits with status 1.
-// Without --url the commands that need a broker run on the embedded
-// in-process one and say so.
+// flag given on the command line wins. Data goes to standard output (one
+// JSON document with --output json), logs and errors to standard error, and
+// a failed command exits with status 1. Without --url the commands that
+// need a broker run on the embedded in-process one and say so; without
+// --database-url the run journal and the idempotency store are in memory,
+// and the commands that read runs recorded by other processes say that
+// they cannot see them.
 package cli
 
 import (
@@ -25,6 +30,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
 )
 
 // Version is the acemq-flow version, set when building with
@@ -42,41 +48,60 @@ const envPrefix = "ACEMQ_"
 // lookupEnv reads one environment variable; os.LookupEnv outside tests.
 type lookupEnv func(key string) (string, bool)
 
-// Main runs the command line with the process's arguments and environment,
+// Main runs the command line with the process's arguments and environment
+// and the given flows (what worker works, start starts, replay replays),
 // cancelling the command's context on SIGINT or SIGTERM so that a running
-// command can finish cleanly, and exits with status 1 if the command fails.
-func Main() {
+// command (a worker) can drain, and exits with status 1 if the command
+// fails. A flow that was not built is reported by the commands that use
+// flows, not by the others.
+func Main(flows ...*dsl.FlowDef) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.LookupEnv, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.LookupEnv, flows, os.Args[1:], streams{in: os.Stdin, out: os.Stdout, err: os.Stderr})
 	stop()
 	os.Exit(code)
 }
 
-// NewRoot builds the acemq-flow command tree, reading flag fallbacks from
-// the process environment. Execute it with ExecuteContext.
-func NewRoot() *cobra.Command { return newRoot(os.LookupEnv) }
+// NewRoot builds the acemq-flow command tree for flows, reading flag
+// fallbacks from the process environment. Execute it with ExecuteContext.
+func NewRoot(flows ...*dsl.FlowDef) *cobra.Command { return newRoot(os.LookupEnv, flows) }
+
+// streams are a command's standard input, output and error.
+type streams struct {
+	in       io.Reader
+	out, err io.Writer
+}
 
 // run executes the command tree with args and returns the exit status.
-func run(ctx context.Context, env lookupEnv, args []string, stdout, stderr io.Writer) int {
-	root := newRoot(env)
+func run(ctx context.Context, env lookupEnv, flows []*dsl.FlowDef, args []string, s streams) int {
+	root := newRoot(env, flows)
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetIn(s.in)
+	root.SetOut(s.out)
+	root.SetErr(s.err)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "acemq-flow: %v\n", err)
+		fmt.Fprintf(s.err, "acemq-flow: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-// app is what the commands share: the environment and the global flags.
+// app is what the commands share: the environment, the flows and the
+// global flags.
 type app struct {
-	env      lookupEnv
-	logLevel slog.Level
+	env   lookupEnv
+	flows []*dsl.FlowDef
+	// logLevel is --log-level; logLevelSet says it was given (on the
+	// command line or in the environment), so that a worker, which logs at
+	// info by default, does not override a choice.
+	logLevel    slog.Level
+	logLevelSet bool
+	// databaseURL is --database-url: PostgreSQL for the run journal and the
+	// idempotency store ("" = in memory).
+	databaseURL string
 }
 
-func newRoot(env lookupEnv) *cobra.Command {
-	a := &app{env: env, logLevel: slog.LevelWarn}
+func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
+	a := &app{env: env, flows: flows, logLevel: slog.LevelWarn}
 	root := &cobra.Command{
 		Use:   "acemq-flow",
 		Short: "A workflow engine for Go services on RabbitMQ",
@@ -87,8 +112,11 @@ func newRoot(env lookupEnv) *cobra.Command {
 		SilenceErrors:     true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.applyEnv(cmd) },
 	}
-	root.PersistentFlags().Var(levelFlag{&a.logLevel}, "log-level", "least severe log level written to stderr: debug, info, warn or error")
-	root.AddCommand(a.versionCommand(), a.topologyCommand(), a.demoCommand())
+	root.PersistentFlags().Var(levelFlag{level: &a.logLevel, set: &a.logLevelSet}, "log-level", "least severe log level written to stderr: debug, info, warn or error (worker: info unless given)")
+	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL for the run journal and the idempotency store, shared by every worker (default: in this process's memory)")
+	root.AddCommand(a.versionCommand(), a.topologyCommand(), a.demoCommand(),
+		a.migrateCommand(), a.workerCommand(), a.flowsCommand(), a.startCommand(), a.runsCommand(),
+		a.replayCommand(), a.compensateCommand())
 	documentEnv(root)
 	return root
 }
@@ -146,11 +174,17 @@ func (a *app) logger(cmd *cobra.Command) *slog.Logger {
 // open connects to url, or to the embedded broker when url is empty,
 // saying so on stderr.
 func (a *app) open(cmd *cobra.Command, url, ladder string) (*broker.Conn, error) {
+	return a.openWith(cmd, url, broker.Config{Ladder: ladder})
+}
+
+// openWith is open with more of the connection's config.
+func (a *app) openWith(cmd *cobra.Command, url string, cfg broker.Config) (*broker.Conn, error) {
 	if url == "" {
 		url = EmbeddedURL
 		fmt.Fprintln(cmd.ErrOrStderr(), "using the embedded in-process broker (set ACEMQ_URL to use RabbitMQ)")
 	}
-	conn, err := broker.Config{Logger: a.logger(cmd), Ladder: ladder}.Open(cmd.Context(), url)
+	cfg.Logger = a.logger(cmd)
+	conn, err := cfg.Open(cmd.Context(), url)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -204,8 +238,11 @@ func addOutputFlag(cmd *cobra.Command, o *outputFormat) {
 	cmd.Flags().VarP(o, "output", "o", "output format: text or json")
 }
 
-// levelFlag is the value of --log-level.
-type levelFlag struct{ level *slog.Level }
+// levelFlag is the value of --log-level; set records that it was given.
+type levelFlag struct {
+	level *slog.Level
+	set   *bool
+}
 
 func (l levelFlag) String() string {
 	if l.level == nil {
@@ -218,6 +255,7 @@ func (l levelFlag) Set(s string) error {
 	if err := l.level.UnmarshalText([]byte(s)); err != nil {
 		return fmt.Errorf("unknown log level %q, want debug, info, warn or error", s)
 	}
+	*l.set = true
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
@@ -23,15 +24,31 @@ type result struct {
 	code           int
 }
 
-// execute runs the command line with args and only the given environment.
+// execute runs the command line with args and only the given environment,
+// without flows and with nothing on stdin.
 func execute(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
+	return executeWith(t, invocation{env: env}, args...)
+}
+
+// invocation is what a command line is run with besides its arguments.
+type invocation struct {
+	env   map[string]string
+	flows []*dsl.FlowDef
+	stdin string
+}
+
+// lookup reads inv's environment only.
+func (inv invocation) lookup(key string) (string, bool) {
+	v, ok := inv.env[key]
+	return v, ok
+}
+
+// executeWith runs the command line in this process with args and inv.
+func executeWith(t *testing.T, inv invocation, args ...string) result {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	lookup := func(key string) (string, bool) {
-		v, ok := env[key]
-		return v, ok
-	}
-	code := run(t.Context(), lookup, args, &stdout, &stderr)
+	code := run(t.Context(), inv.lookup, inv.flows, args, streams{in: strings.NewReader(inv.stdin), out: &stdout, err: &stderr})
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -68,12 +67,7 @@ func (a *app) topologyApplyCommand(ladder *string) *cobra.Command {
 // writeTopology renders t as text (one declaration a line) or JSON.
 func writeTopology(w io.Writer, t broker.Topology, output outputFormat) error {
 	if output == outputJSON {
-		b, err := json.MarshalIndent(topologyView(t), "", "  ")
-		if err != nil {
-			return fmt.Errorf("render topology as json: %w", err)
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
+		return writeJSON(w, topologyView(t))
 	}
 	_, err := fmt.Fprintln(w, t.String())
 	return err

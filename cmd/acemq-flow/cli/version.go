@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 
@@ -26,12 +25,7 @@ func (a *app) versionCommand() *cobra.Command {
 			info := versionInfo{Version: Version, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
 			out := cmd.OutOrStdout()
 			if output == outputJSON {
-				b, err := json.MarshalIndent(info, "", "  ")
-				if err != nil {
-					return fmt.Errorf("version: %w", err)
-				}
-				_, err = fmt.Fprintf(out, "%s\n", b)
-				return err
+				return writeJSON(out, info)
 			}
 			_, err := fmt.Fprintf(out, "acemq-flow %s (%s, %s/%s)\n", info.Version, info.Go, info.OS, info.Arch)
 			return err

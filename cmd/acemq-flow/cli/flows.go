@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/engine"
+)
+
+func (a *app) flowsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "flows",
+		Short: "List the flows of this binary, or show what one becomes",
+	}
+	cmd.AddCommand(a.flowsListCommand(), a.flowsShowCommand())
+	return cmd
+}
+
+func (a *app) flowsListCommand() *cobra.Command {
+	var output outputFormat
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the flows: name, form, steps and input type",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			infos, err := a.describeFlows(cmd.Context(), func(e *engine.Engine) ([]engine.FlowInfo, error) { return e.Flows(), nil })
+			if err != nil {
+				return err
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), infos)
+			}
+			if len(infos) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "no flows: this binary was built without any (cli.Main(flows...))")
+				return nil
+			}
+			t := newTable(cmd.OutOrStdout())
+			t.row("NAME", "FORM", "STEPS", "INPUT")
+			for _, fi := range infos {
+				names := make([]string, len(fi.Steps))
+				for i, s := range fi.Steps {
+					names[i] = s.Name
+				}
+				t.row(fi.Name, fi.Form, strings.Join(names, ", "), fi.Input)
+			}
+			return t.flush()
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func (a *app) flowsShowCommand() *cobra.Command {
+	var output outputFormat
+	cmd := &cobra.Command{
+		Use:   "show <flow>",
+		Short: "Show a flow's steps (queue, retry, timeout, when, delay, compensation, ordering, concurrency) and its example payload",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			infos, err := a.describeFlows(cmd.Context(), func(e *engine.Engine) ([]engine.FlowInfo, error) {
+				fi, err := e.Flow(args[0])
+				return []engine.FlowInfo{fi}, err
+			})
+			if err != nil {
+				return err
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), infos[0])
+			}
+			return writeFlow(cmd, infos[0])
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+// describeFlows registers the app's flows with an engine on a private
+// in-process broker (describing a flow needs no broker, but an engine
+// needs a connection, and this one says nothing on stderr) and asks it.
+func (a *app) describeFlows(ctx context.Context, ask func(*engine.Engine) ([]engine.FlowInfo, error)) (_ []engine.FlowInfo, err error) {
+	conn, err := broker.Open(ctx, EmbeddedURL)
+	if err != nil {
+		return nil, err
+	}
+	defer closeConn(ctx, conn, &err)
+	eng, err := engine.New(engine.Config{Conn: conn})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := eng.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	if err := eng.Register(a.flows...); err != nil {
+		return nil, fmt.Errorf("register flows: %w", err)
+	}
+	infos, err := ask(eng)
+	if err != nil {
+		return nil, err
+	}
+	if infos == nil {
+		infos = []engine.FlowInfo{}
+	}
+	return infos, nil
+}
+
+// writeFlow shows one flow for a person: the flow, then each step with the
+// settings it has, then the example payload.
+func writeFlow(cmd *cobra.Command, fi engine.FlowInfo) error {
+	t := newTable(cmd.OutOrStdout())
+	t.row("flow", fi.Name)
+	t.row("form", fi.Form)
+	t.row("exchange", fi.Exchange)
+	t.row("input", fi.Input)
+	if fi.HoldForReplay != "" {
+		t.row("hold for replay", fi.HoldForReplay)
+	}
+	t.row("compensate queue", fi.CompensateQueue)
+	for i, s := range fi.Steps {
+		t.row("")
+		title := fmt.Sprintf("step %d", i+1)
+		if s.External {
+			t.row(title, s.Name+" (served by another service)")
+		} else {
+			t.row(title, s.Name)
+		}
+		field := func(name, value string) {
+			if value != "" {
+				t.row("  "+name, value)
+			}
+		}
+		field("queue", s.Queue)
+		field("when", s.When)
+		field("delay", s.Delay)
+		field("delay until", s.DelayUntil)
+		field("retry", s.Retry)
+		field("timeout", s.Timeout)
+		field("compensation", s.Compensation)
+		field("compensation retry", s.CompensationRetry)
+		field("ordered by", s.OrderedBy)
+		if s.Concurrency > 0 {
+			field("concurrency", strconv.Itoa(s.Concurrency))
+		}
+		if s.Prefetch > 0 {
+			field("prefetch", strconv.Itoa(s.Prefetch))
+		}
+		if s.Input != "" {
+			field("takes", s.Input+" -> "+s.Output)
+		}
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if len(fi.ExamplePayload) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "\nexample payload:\n  %s\nstart a run with it:\n  acemq-flow start %s --payload %s\n",
+		fi.ExamplePayload, fi.Name, shellQuote(string(fi.ExamplePayload)))
+	return err
+}

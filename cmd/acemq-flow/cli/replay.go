@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acemq/acemq-flow/engine"
+)
+
+func (a *app) replayCommand() *cobra.Command {
+	return a.moveCommand(moveSpec{
+		use:   "replay <run-id>",
+		short: "Send a failed run's message back to the step that gave it up, with a fresh retry budget",
+		long: "Take a failed run's given-up message from its step's dead-letter queue and send it back to\n" +
+			"that step: the run goes back to running and continues from there. The run journal says\n" +
+			"which queue holds the message; a run it does not know (no database) is looked for by its\n" +
+			"x-acemq-run-id in every dead-letter queue of the flows. A run that is not failed is refused.",
+		verb: "replayed",
+		move: (*engine.Engine).Replay,
+	})
+}
+
+func (a *app) compensateCommand() *cobra.Command {
+	return a.moveCommand(moveSpec{
+		use:   "compensate <run-id>",
+		short: "Compensate a failed run now instead of replaying it",
+		long: "Take a failed run's given-up message from its step's dead-letter queue to the flow's\n" +
+			"compensate queue, where a worker undoes the steps the run completed, newest first. A run\n" +
+			"held for replay is compensated now rather than when its hold ends. A run that is not\n" +
+			"failed is refused.",
+		verb: "sent to be compensated",
+		move: (*engine.Engine).Compensate,
+	})
+}
+
+// moveSpec is a command that moves a failed run's message: replay or
+// compensate.
+type moveSpec struct {
+	use, short, long string
+	// verb says what happened to the run, for people.
+	verb string
+	move func(*engine.Engine, context.Context, string) (engine.Moved, error)
+}
+
+func (a *app) moveCommand(spec moveSpec) *cobra.Command {
+	var (
+		bf     brokerFlags
+		output outputFormat
+	)
+	name, _, _ := strings.Cut(spec.use, " ")
+	cmd := &cobra.Command{
+		Use:   spec.use,
+		Short: spec.short,
+		Long:  spec.long,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			id := args[0]
+			if len(a.flows) == 0 {
+				return fmt.Errorf("%s: %w", name, ErrNoFlows)
+			}
+			s, err := a.openSession(cmd, sessionConfig{broker: bf, noDatabase: noDatabaseMover})
+			if err != nil {
+				return err
+			}
+			defer s.close(cmd.Context(), &err)
+			moved, err := spec.move(s.eng, cmd.Context(), id)
+			if len(moved.Searched) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "run %s is not in the run journal: looked for it by x-acemq-run-id in %s\n",
+					id, strings.Join(moved.Searched, ", "))
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), moved)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s %s: %s moved from %s to %s\n",
+				moved.RunID, moved.Flow, spec.verb, count(moved.Messages, "message"), moved.From, moved.To)
+			return err
+		},
+	}
+	bf.add(cmd)
+	addOutputFlag(cmd, &output)
+	return cmd
+}

@@ -1,0 +1,259 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acemq/acemq-flow/engine/journal"
+)
+
+// errorColumnWidth is how much of a run's error the runs table shows: the
+// rest is one `runs show` away.
+const errorColumnWidth = 60
+
+// ErrInvalidStatus: --status named something that is not a run status.
+var ErrInvalidStatus = errors.New("invalid run status")
+
+func (a *app) runsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List runs from the run journal, or show one run's timeline",
+		Long: "Read the run journal. The journal is shared through the database (--database-url):\n" +
+			"without one, runs are kept only in the memory of the worker that ran them, and these\n" +
+			"commands see none.",
+	}
+	cmd.AddCommand(a.runsListCommand(), a.runsShowCommand())
+	return cmd
+}
+
+func (a *app) runsListCommand() *cobra.Command {
+	var (
+		output   outputFormat
+		flow     string
+		statuses []string
+		since    sinceFlag
+		limit    int
+		errText  string
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q, err := runsQuery(flow, statuses, since.since(time.Now()), limit, errText)
+			if err != nil {
+				return fmt.Errorf("runs list: %w", err)
+			}
+			j, done, err := a.openJournal(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			runs, err := j.Runs(cmd.Context(), q)
+			if err != nil {
+				return fmt.Errorf("runs list: %w", hintMigrate(err))
+			}
+			if runs == nil {
+				runs = []journal.Run{}
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), runs)
+			}
+			if len(runs) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "no runs match")
+				return nil
+			}
+			return writeRuns(cmd, runs, time.Now())
+		},
+	}
+	addOutputFlag(cmd, &output)
+	cmd.Flags().StringVar(&flow, "flow", "", "only runs of this flow")
+	cmd.Flags().StringSliceVar(&statuses, "status", nil, "only runs in these statuses, comma-separated: "+statusList())
+	cmd.Flags().Var(&since, "since", "only runs started this long ago or later (24h), or since a time (RFC 3339)")
+	cmd.Flags().IntVar(&limit, "limit", journal.DefaultLimit, "at most this many runs")
+	cmd.Flags().StringVar(&errText, "error", "", "only runs whose error contains this text (case insensitive)")
+	return cmd
+}
+
+// runsQuery checks the flags of runs list and makes them a query.
+func runsQuery(flow string, statuses []string, since time.Time, limit int, errText string) (journal.Query, error) {
+	q := journal.Query{Flow: flow, Since: since, Limit: limit, ErrorContains: errText}
+	if limit < 1 {
+		return q, fmt.Errorf("--limit %d: want at least 1", limit)
+	}
+	for _, s := range statuses {
+		st := journal.Status(strings.ToLower(strings.TrimSpace(s)))
+		if !st.Valid() {
+			return q, fmt.Errorf("%w %q: want one of %s", ErrInvalidStatus, s, statusList())
+		}
+		q.Statuses = append(q.Statuses, st)
+	}
+	return q, nil
+}
+
+// statusList is every run status, comma-separated.
+func statusList() string {
+	all := journal.Statuses()
+	s := make([]string, len(all))
+	for i, st := range all {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ", ")
+}
+
+// writeRuns shows runs as a table: started in local time, and how long a
+// run took (or, still moving, how long it has been going).
+func writeRuns(cmd *cobra.Command, runs []journal.Run, now time.Time) error {
+	t := newTable(cmd.OutOrStdout())
+	t.row("RUN ID", "FLOW", "STATUS", "STEP", "STARTED", "DURATION", "ERROR")
+	for _, r := range runs {
+		t.row(r.ID, r.Flow, string(r.Status), r.Step, localTime(r.StartedAt, timeLayout), runDuration(r, now), truncate(r.Error, errorColumnWidth))
+	}
+	return t.flush()
+}
+
+// runDuration is how long a stopped run took, or how long a moving one has
+// been going ("so far").
+func runDuration(r journal.Run, now time.Time) string {
+	if r.EndedAt != nil {
+		return shortDuration(r.EndedAt.Sub(r.StartedAt))
+	}
+	return shortDuration(now.Sub(r.StartedAt)) + " so far"
+}
+
+// runJSON is what `runs show --output json` prints: the run and its
+// timeline.
+type runJSON struct {
+	journal.Run
+	Steps []journal.Event `json:"steps"`
+}
+
+func (a *app) runsShowCommand() *cobra.Command {
+	var output outputFormat
+	cmd := &cobra.Command{
+		Use:   "show <run-id>",
+		Short: "Show a run and its timeline: every step attempt, skip, delay, compensation and replay",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			j, done, err := a.openJournal(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			run, err := j.Run(cmd.Context(), id)
+			if err != nil {
+				return fmt.Errorf("runs show: %w", hintMigrate(err))
+			}
+			events, err := j.Timeline(cmd.Context(), id)
+			if err != nil {
+				return fmt.Errorf("runs show: timeline: %w", hintMigrate(err))
+			}
+			if events == nil {
+				events = []journal.Event{}
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), runJSON{Run: run, Steps: events})
+			}
+			return writeRun(cmd, run, events)
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+// writeRun shows a run for a person: its fields, then its timeline.
+func writeRun(cmd *cobra.Command, r journal.Run, events []journal.Event) error {
+	out := cmd.OutOrStdout()
+	t := newTable(out)
+	t.row("run", r.ID)
+	t.row("flow", r.Flow)
+	t.row("status", string(r.Status))
+	t.row("step", r.Step)
+	t.row("started", localTime(r.StartedAt, timeLayoutMillis))
+	if r.EndedAt != nil {
+		t.row("ended", localTimePtr(r.EndedAt, timeLayoutMillis)+" (took "+runDuration(r, time.Now())+")")
+	} else {
+		t.row("updated", localTime(r.UpdatedAt, timeLayoutMillis)+" ("+runDuration(r, time.Now())+")")
+	}
+	if r.DueAt != nil {
+		t.row("due", localTimePtr(r.DueAt, timeLayoutMillis))
+	}
+	if r.Error != "" {
+		t.row("error", r.Error)
+	}
+	if r.DeadLetter != "" {
+		t.row("dead letter", r.DeadLetter)
+	}
+	if r.Replays > 0 {
+		t.row("replays", strconv.Itoa(r.Replays))
+	}
+	if len(r.Input) > 0 {
+		t.row("input", string(r.Input))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(out); err != nil {
+		return err
+	}
+	t = newTable(out)
+	t.row("KIND", "STEP", "ATTEMPT", "OUTCOME", "STARTED", "ENDED", "QUEUE", "DUE", "ERROR")
+	for _, e := range events {
+		attempt := ""
+		if e.Attempt > 0 {
+			attempt = strconv.Itoa(e.Attempt)
+		}
+		t.row(string(e.Kind), e.Step, attempt, e.Outcome, localTime(e.StartedAt, timeLayoutMillis), localTime(e.EndedAt, timeLayoutMillis),
+			e.Queue, localTimePtr(e.DueAt, timeLayoutMillis), truncate(e.Error, errorColumnWidth))
+	}
+	return t.flush()
+}
+
+// sinceFlag is --since: a duration back from now, or a time.
+type sinceFlag struct {
+	ago time.Duration
+	at  time.Time
+}
+
+// since is the time the flag selects from, relative to now; zero when not
+// given.
+func (f *sinceFlag) since(now time.Time) time.Time {
+	if f.ago > 0 {
+		return now.Add(-f.ago)
+	}
+	return f.at
+}
+
+func (f *sinceFlag) String() string {
+	switch {
+	case f.ago > 0:
+		return f.ago.String()
+	case !f.at.IsZero():
+		return f.at.Format(time.RFC3339)
+	}
+	return ""
+}
+
+func (f *sinceFlag) Set(s string) error {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return fmt.Errorf("%q: want a positive duration", s)
+		}
+		f.ago, f.at = d, time.Time{}
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return fmt.Errorf("%q is neither a duration (24h) nor an RFC 3339 time (2026-12-24T09:00:00Z)", s)
+	}
+	f.ago, f.at = 0, t
+	return nil
+}
+
+func (f *sinceFlag) Type() string { return "duration|time" }

@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/engine"
+)
+
+// ErrNoFlows: the binary was built without flows, so there is nothing to
+// work, start or replay.
+var ErrNoFlows = errors.New("this binary has no flows: build a main of your own that calls cli.Main(flows...)")
+
+// consumerCheckInterval is how often a worker looks for a consumer that
+// ended on its own (its queue deleted under it): such a worker exits with
+// an error so that whatever supervises it starts a healthy one.
+const consumerCheckInterval = 5 * time.Second
+
+func (a *app) workerCommand() *cobra.Command {
+	var (
+		bf           brokerFlags
+		flows        []string
+		closeTimeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Work the flows' steps and compensations until SIGINT or SIGTERM, then drain",
+		Long: "Declare the flows' exchanges and queues, then work every step and compensation of them\n" +
+			"(or of the flows named with --flows) until SIGINT or SIGTERM. Then stop taking messages,\n" +
+			"let the steps in flight finish within --close-timeout, flush the run journal and exit.\n" +
+			"Several workers may work the same flows; give them one database (--database-url) so\n" +
+			"that they share the run journal and the idempotency store.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			if !a.logLevelSet {
+				a.logLevel = slog.LevelInfo
+			}
+			if len(a.flows) == 0 {
+				return fmt.Errorf("worker: %w", ErrNoFlows)
+			}
+			s, err := a.openSession(cmd, sessionConfig{broker: bf, closeTimeout: closeTimeout, store: true, noDatabase: noDatabaseWorker})
+			if err != nil {
+				return err
+			}
+			defer s.close(cmd.Context(), &err)
+			return work(cmd.Context(), s, flows)
+		},
+	}
+	bf.add(cmd)
+	cmd.Flags().StringSliceVar(&flows, "flows", nil, "flows to work, comma-separated (default: every flow of the binary)")
+	cmd.Flags().DurationVar(&closeTimeout, "close-timeout", broker.DefaultCloseTimeout, "how long the steps in flight get to finish after SIGINT or SIGTERM")
+	return cmd
+}
+
+// work runs a worker for flows until ctx ends, then drains it. It is
+// engine.Run, with what it works logged once it works it (a supervisor
+// or a test reads "worker started" as ready) and a consumer that ended on
+// its own made the worker's failure.
+func work(ctx context.Context, s *session, flows []string) error {
+	log := s.conn.Logger()
+	w, err := s.eng.StartWorker(ctx, flows...)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	log.Info("worker started", slog.Any("flows", w.Flows()), slog.Any("queues", workedQueues(s.eng, w.Flows())),
+		slog.Bool("shared_journal", s.shared))
+	tick := time.NewTicker(consumerCheckInterval)
+	defer tick.Stop()
+	var ended error
+	for ended == nil {
+		select {
+		case <-ctx.Done():
+			log.Info("draining", slog.String("reason", "signal"))
+			return closeWorker(ctx, w, nil)
+		case <-tick.C:
+			ended = w.Err()
+		}
+	}
+	log.Error("a consumer ended; stopping the worker", slog.Any("error", ended))
+	return closeWorker(ctx, w, fmt.Errorf("worker: %w", ended))
+}
+
+// closeWorker drains w within the engine's close timeout, even after ctx
+// was cancelled, and joins its failure to cause.
+func closeWorker(ctx context.Context, w *engine.Worker, cause error) error {
+	if err := w.Close(context.WithoutCancel(ctx)); err != nil {
+		return errors.Join(cause, fmt.Errorf("worker: drain: %w", err))
+	}
+	return cause
+}
+
+// workedQueues lists the queues a worker of flows consumes: each step's
+// (but External ones), each compensation's, and each flow's
+// compensate-now queue.
+func workedQueues(eng *engine.Engine, flows []string) []string {
+	var out []string
+	for _, name := range flows {
+		fi, err := eng.Flow(name)
+		if err != nil {
+			continue
+		}
+		for _, st := range fi.Steps {
+			if !st.External {
+				out = append(out, st.Queue)
+			}
+			if st.Compensation != "" {
+				out = append(out, st.Compensation)
+			}
+		}
+		out = append(out, fi.CompensateQueue)
+	}
+	return out
+}

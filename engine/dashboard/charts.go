@@ -1,0 +1,213 @@
+package dashboard
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/acemq/acemq-flow/engine/journal"
+)
+
+// The charts' geometry, in SVG user units.
+const (
+	chartWidth  = 760
+	chartHeight = 170
+	marginLeft  = 44
+	marginTop   = 10
+	marginBelow = 22
+	chartWindow = time.Hour
+	chartBucket = time.Minute
+)
+
+// bar is one rectangle of a chart, with its tooltip.
+type bar struct {
+	X, Y, W, H float64
+	Class      string
+	Title      string
+}
+
+// tick is a labelled position on an axis.
+type tick struct {
+	X, Y  float64
+	Label string
+}
+
+// barChart is a per-minute column chart over the last hour.
+type barChart struct {
+	Title, Summary string
+	Width, Height  int
+	Bars           []bar
+	YTicks, XTicks []tick
+	// Base is the y of the x axis.
+	Base, Left, Right float64
+}
+
+// latencyRow is one step's p50 and p99.
+type latencyRow struct {
+	Flow, Step string
+	N          int
+	P50, P99   time.Duration
+	// Y, Y50, W50, W99, X50 and X99 place the row's bars and their
+	// values.
+	Y, Y50, W50, W99, X50, X99 float64
+}
+
+type latencyChart struct {
+	Rows          []latencyRow
+	Width, Height int
+	Left          float64
+	Max           time.Duration
+}
+
+type chartsPage struct {
+	Since, Until time.Time
+	Runs         int
+	Capped       bool
+	Started      barChart
+	Failed       barChart
+	Latency      latencyChart
+	// Sampled is how many runs' timelines the step times come from.
+	Sampled int
+}
+
+// charts draws the last hour from the journal.
+func (d *dash) charts(w http.ResponseWriter, r *http.Request) {
+	now := d.cfg.Now()
+	since := now.Add(-chartWindow)
+	runs, err := d.journal.Runs(r.Context(), journal.Query{Since: since, Limit: maxChartRuns})
+	if err != nil {
+		d.journalFailed(w, r, err)
+		return
+	}
+	p := chartsPage{Since: since, Until: now, Runs: len(runs), Capped: len(runs) == maxChartRuns}
+	n := int(chartWindow / chartBucket)
+	started, failed := make([]float64, n), make([]float64, n)
+	slot := func(t time.Time) int {
+		if t.Before(since) || !t.Before(now) {
+			return -1
+		}
+		return int(t.Sub(since) / chartBucket)
+	}
+	for _, run := range runs {
+		if i := slot(run.StartedAt); i >= 0 {
+			started[i]++
+		}
+		switch run.Status {
+		case journal.Failed, journal.Compensating, journal.Compensated, journal.Unresolved:
+			if i := slot(failedAt(run)); i >= 0 {
+				failed[i]++
+			}
+		}
+	}
+	p.Started = columns("Runs started per minute", started, "started", since)
+	p.Started.Summary = fmt.Sprintf("%d started, %.2f runs/s on average", int(sum(started)), sum(started)/chartWindow.Seconds())
+	p.Failed = columns("Runs failed per minute", failed, "failed", since)
+	p.Failed.Summary = fmt.Sprintf("%d failed (given up, then compensated or waiting for a replay)", int(sum(failed)))
+
+	sample := runs[:min(len(runs), d.cfg.ChartSample)]
+	took := map[[2]string][]time.Duration{}
+	for _, run := range sample {
+		events, err := d.journal.Timeline(r.Context(), run.ID)
+		if err != nil {
+			continue
+		}
+		for _, e := range events {
+			if e.Kind == journal.KindStep && !e.StartedAt.IsZero() && !e.EndedAt.Before(e.StartedAt) {
+				k := [2]string{run.Flow, e.Step}
+				took[k] = append(took[k], e.EndedAt.Sub(e.StartedAt))
+			}
+		}
+	}
+	p.Sampled = len(sample)
+	p.Latency = latencies(took)
+	d.render(w, r, http.StatusOK, "charts", view{Nav: "charts", Title: "Charts", Page: p})
+}
+
+func sum(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// columns lays out one column per value, oldest on the left.
+func columns(title string, values []float64, class string, since time.Time) barChart {
+	c := barChart{Title: title, Width: chartWidth, Height: chartHeight, Left: marginLeft, Right: chartWidth - 4,
+		Base: chartHeight - marginBelow}
+	top := niceCeil(slices.Max(values))
+	plotH := c.Base - marginTop
+	colW := (c.Right - c.Left) / float64(len(values))
+	for i, v := range values {
+		h := v / top * plotH
+		at := since.Add(time.Duration(i) * chartBucket)
+		c.Bars = append(c.Bars, bar{X: c.Left + float64(i)*colW + 1, Y: c.Base - h, W: max(colW-2, 1), H: h, Class: class,
+			Title: fmt.Sprintf("%s: %s", at.UTC().Format("15:04Z"), strconv.FormatFloat(v, 'f', -1, 64))})
+	}
+	for _, f := range []float64{0, 0.5, 1} {
+		c.YTicks = append(c.YTicks, tick{X: c.Left - 6, Y: c.Base - f*plotH, Label: strconv.FormatFloat(f*top, 'f', -1, 64)})
+	}
+	for i := 0; i <= len(values); i += 15 {
+		at := since.Add(time.Duration(i) * chartBucket)
+		c.XTicks = append(c.XTicks, tick{X: c.Left + float64(i)*colW, Y: c.Base + 15, Label: at.UTC().Format("15:04Z")})
+	}
+	return c
+}
+
+// niceCeil is the axis' top: 1, 2 or 5 times a power of ten, at least v
+// (and at least 1).
+func niceCeil(v float64) float64 {
+	if v <= 1 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// latencies are each step's p50 and p99, slowest p99 first.
+func latencies(took map[[2]string][]time.Duration) latencyChart {
+	c := latencyChart{Width: chartWidth, Left: 260}
+	for k, ds := range took {
+		slices.Sort(ds)
+		c.Rows = append(c.Rows, latencyRow{Flow: k[0], Step: k[1], N: len(ds), P50: quantile(ds, 0.5), P99: quantile(ds, 0.99)})
+		c.Max = max(c.Max, quantile(ds, 0.99))
+	}
+	slices.SortFunc(c.Rows, func(a, b latencyRow) int {
+		if x := cmp.Compare(b.P99, a.P99); x != 0 {
+			return x
+		}
+		return cmp.Compare(a.Flow+"/"+a.Step, b.Flow+"/"+b.Step)
+	})
+	plotW := float64(chartWidth) - c.Left - 90
+	for i := range c.Rows {
+		row := &c.Rows[i]
+		row.Y = float64(10 + i*30)
+		row.Y50 = row.Y + 12
+		row.W50, row.W99 = 1, 1
+		if c.Max > 0 {
+			row.W50 = max(float64(row.P50)/float64(c.Max)*plotW, 1)
+			row.W99 = max(float64(row.P99)/float64(c.Max)*plotW, 1)
+		}
+		row.X50, row.X99 = c.Left+row.W50+4, c.Left+row.W99+4
+	}
+	c.Height = 20 + 30*len(c.Rows)
+	return c
+}
+
+// quantile is the nearest-rank q-quantile of sorted ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	return ds[max(i, 0)]
+}

@@ -1,0 +1,52 @@
+// Package dashboard is acemq-flow's web dashboard: an http.Handler that
+// reads the run journal and, given an engine, replays and compensates
+// failed runs. It needs no worker in its process: it can run anywhere the
+// journal's database and the broker are reachable.
+//
+//	h, err := dashboard.New(dashboard.Config{Engine: eng, Token: os.Getenv("ACEMQ_DASHBOARD_TOKEN")})
+//	err = dashboard.ListenAndServe(ctx, "127.0.0.1:8080", h) // until ctx ends
+//
+// # Pages
+//
+//   - / lists runs, newest first, filtered by flow, status, time window and
+//     text in the error, a page at a time (older pages by start time).
+//   - /runs/{id} is one run: its steps, then its timeline (every attempt
+//     with its outcome and error, skips, delays with their due times,
+//     compensations and replays), its input, and the buttons to replay it
+//     or to compensate it now while it is failed.
+//   - /failed groups failed runs by flow, step and error, with numbers and
+//     ids taken out of the error so that "card 4242 declined" and "card 17
+//     declined" are one group, as ServicePulse groups failed messages. A
+//     group is replayed after a page that shows how many runs it will
+//     replay (at most Config.MaxGroupReplay) and which.
+//   - /charts draws runs started, finished and failed per minute and the
+//     p50 and p99 of each step's time over the last hour, from the journal,
+//     as SVG rendered on the server.
+//
+// The pages are html/template with a little JavaScript (local times,
+// refreshing a run that is still moving) and no build step; their assets
+// are embedded.
+//
+// # Security
+//
+//   - Every page is escaped by html/template: an error or a payload holding
+//     HTML or a script shows as text. The Content-Security-Policy allows
+//     only the dashboard's own script and style files.
+//   - Replay and compensate are POST forms with a CSRF token: a random
+//     nonce in an HttpOnly cookie and, in the form, its HMAC under a key
+//     made when New ran (signed double submit; a restarted dashboard asks
+//     the form to be sent again). A request from another site
+//     (Sec-Fetch-Site: cross-site) is refused whatever it carries.
+//   - With a Token, every page but the login form needs it: as
+//     "Authorization: Bearer <token>" (scripts; such requests need no CSRF
+//     token, since a browser never adds that header on its own), or the
+//     session cookie a browser gets from the login form or from opening
+//     any page with ?token=<token> (the address is then reloaded without
+//     it). The cookie holds an HMAC of the token, not the token, and is
+//     HttpOnly and SameSite=Lax. Anything else is 401 with the login form.
+//   - Without a Token, requests must name a host that is an IP address,
+//     localhost or one of Config.Hosts: a page of another site that
+//     resolves its own name to 127.0.0.1 (DNS rebinding) gets 403.
+//
+// Long-lived settings are a Config struct; its zero values are defaults.
+package dashboard

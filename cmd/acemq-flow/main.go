@@ -2,6 +2,9 @@
 // of package cli, with the flows of package workflows.
 package main
 
-import "github.com/acemq/acemq-flow/cmd/acemq-flow/cli"
+import (
+	"github.com/acemq/acemq-flow/cmd/acemq-flow/cli"
+	"github.com/acemq/acemq-flow/workflows"
+)
 
-func main() { cli.Main() }
+func main() { cli.Main(workflows.Flows()...) }

@@ -116,7 +116,7 @@ func (c *compRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	a := &compAttempt{result: compMalformed}
 	c.attempts.Store(m, a)
 	found, err := readJSONHeader(m.Headers, HeaderCompensation, &a.cs)
-	if !found || err != nil || m.RunID == "" {
+	if !found || err != nil || !journal.Text(m.RunID) || m.RunID == "" {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensation of %q: no readable %s and run id (%v)", c.f.name, c.spec.Name, HeaderCompensation, err)))
 	}
 	a.last = len(a.cs.Remaining) == 0

@@ -23,12 +23,12 @@ type startConfig struct {
 }
 
 // RunID starts the run under id instead of a new one: starting twice with
-// the same id is one run (its first step runs once). An empty id is
-// refused.
+// the same id is one run (its first step runs once). An empty id, or one
+// that is not UTF-8 text without NUL bytes, is refused.
 func RunID(id string) StartOption {
 	return func(c *startConfig) error {
-		if id == "" {
-			return fmt.Errorf("%w: empty run id", ErrInvalidConfig)
+		if id == "" || !journal.Text(id) {
+			return fmt.Errorf("%w: run id %q: want non-empty UTF-8 text", ErrInvalidConfig, id)
 		}
 		c.runID = id
 		return nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
@@ -75,8 +76,8 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	if route[pos] != r.spec.Name {
 		return broker.Reject(broker.Fatal(fmt.Errorf("%w: flow %q step %q got a message for step %q", ErrMisrouted, r.f.name, r.spec.Name, route[pos])))
 	}
-	if m.RunID == "" {
-		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: the message carries no %s", r.f.name, r.spec.Name, broker.HeaderRunID)))
+	if !journal.Text(m.RunID) || m.RunID == "" {
+		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: the message carries no %s that is UTF-8 text", r.f.name, r.spec.Name, broker.HeaderRunID)))
 	}
 	var st runState
 	if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err != nil {

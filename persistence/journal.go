@@ -3,22 +3,19 @@ package persistence
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine/journal"
 )
 
-// ErrInvalidEvent: Record was given an event no journal can keep (no run
-// id, a status that is not a journal status, a count beyond 32 bits, or a
-// name PostgreSQL cannot store). The whole batch is refused; recording it
-// again cannot succeed.
-var ErrInvalidEvent = errors.New("invalid journal event")
+// ErrInvalidEvent is journal.ErrInvalidEvent: Record was given an event no
+// journal can keep (journal.Event.Validate). The whole batch is refused;
+// recording it again cannot succeed (journal.Writer sets such events aside).
+var ErrInvalidEvent = journal.ErrInvalidEvent
 
 // SQLJournalConfig configures a SQLJournal. The zero value is the
 // defaults.
@@ -155,10 +152,10 @@ func newJournalBatch(events []journal.Event) (journalBatch, error) {
 	entries := map[[2]string]int{}
 	var b journalBatch
 	for i, e := range events {
-		if err := checkEvent(e); err != nil {
-			return journalBatch{}, fmt.Errorf("%w: event %d (run %q, key %q): %v", ErrInvalidEvent, i, e.RunID, e.Key, err)
+		if err := e.Validate(); err != nil {
+			return journalBatch{}, fmt.Errorf("event %d: %w", i, err)
 		}
-		e.Error = journal.Truncate(storableText(e.Error))
+		e.Error = journal.Truncate(e.Error)
 		f, ok := folds[e.RunID]
 		if !ok {
 			f = &runFold{run: journal.NewRun(e)}
@@ -196,38 +193,6 @@ func newJournalBatch(events []journal.Event) (journalBatch, error) {
 	return b, nil
 }
 
-// checkEvent refuses what no journal can keep. Names are checked rather
-// than repaired: two different ids must not become one.
-func checkEvent(e journal.Event) error {
-	if e.RunID == "" {
-		return errors.New("no run id")
-	}
-	if e.Status != "" && !e.Status.Valid() {
-		return fmt.Errorf("status %q is not a journal status", e.Status)
-	}
-	if e.Attempt != int(int32(e.Attempt)) || e.Replays != int(int32(e.Replays)) {
-		return fmt.Errorf("attempt %d or replays %d beyond a 32-bit integer", e.Attempt, e.Replays)
-	}
-	for _, f := range [...]struct{ name, value string }{
-		{"run id", e.RunID}, {"flow", e.Flow}, {"key", e.Key}, {"kind", string(e.Kind)}, {"step", e.Step},
-		{"outcome", e.Outcome}, {"queue", e.Queue}, {"run step", e.RunStep}, {"dead letter", e.DeadLetter},
-	} {
-		if !utf8.ValidString(f.value) || strings.IndexByte(f.value, 0) >= 0 {
-			return fmt.Errorf("%s %q is not UTF-8 text without NUL bytes", f.name, f.value)
-		}
-	}
-	return nil
-}
-
-// storableText is s as PostgreSQL text can hold it: valid UTF-8 without
-// NUL bytes. An error text is whatever a step returned, and one that
-// cannot be stored must not make its whole batch fail again and again.
-func storableText(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-}
 
 // args are the record statement's parameters: one array per column, of
 // the runs ($1-$15) and of the timeline entries ($16-$31).

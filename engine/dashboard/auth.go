@@ -71,7 +71,7 @@ func (d *dash) page(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if tok := r.URL.Query().Get("token"); d.cfg.Token != "" && tok != "" {
 			if !equal(tok, d.cfg.Token) {
-				d.unauthorized(w, r, "That token is not the dashboard's.")
+				d.unauthorized(w, r, "That token is not the dashboard's.", r.URL.Path)
 				return
 			}
 			d.setSession(w, r)
@@ -83,7 +83,7 @@ func (d *dash) page(h http.HandlerFunc) http.Handler {
 			return
 		}
 		if ok, _ := d.authenticated(r); !ok {
-			d.unauthorized(w, r, "")
+			d.unauthorized(w, r, "", r.URL.RequestURI())
 			return
 		}
 		h(w, r)
@@ -97,7 +97,7 @@ func (d *dash) action(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ok, bearer := d.authenticated(r)
 		if !ok {
-			d.unauthorized(w, r, "")
+			d.unauthorized(w, r, "", "/")
 			return
 		}
 		if !d.canAct() {
@@ -116,10 +116,11 @@ func (d *dash) action(h http.HandlerFunc) http.Handler {
 	})
 }
 
-// unauthorized answers 401 with the login form.
-func (d *dash) unauthorized(w http.ResponseWriter, r *http.Request, msg string) {
+// unauthorized answers 401 with the login form, which leads to next once
+// signed in.
+func (d *dash) unauthorized(w http.ResponseWriter, r *http.Request, msg, next string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="acemq-flow dashboard"`)
-	d.render(w, r, http.StatusUnauthorized, "login", loginData{Next: localPath(r.URL.RequestURI()), Error: msg})
+	d.render(w, r, http.StatusUnauthorized, "login", loginData{Next: localPath(next), Error: msg})
 }
 
 type loginData struct {
@@ -143,7 +144,7 @@ func (d *dash) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Header.Get("Sec-Fetch-Site") == "cross-site" || !equal(r.PostFormValue("token"), d.cfg.Token) {
-		d.unauthorized(w, r, "That token is not the dashboard's.")
+		d.unauthorized(w, r, "That token is not the dashboard's.", next)
 		return
 	}
 	d.setSession(w, r)

@@ -25,11 +25,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrRunNotFound: the journal has no run with that id.
 var ErrRunNotFound = errors.New("run not found")
+
+// ErrInvalidEvent: an event no journal can keep (see Event.Validate). A
+// journal refuses a batch holding one; the Writer sets such events aside
+// (logged) and writes the rest, so one bad event never stalls the journal.
+var ErrInvalidEvent = errors.New("invalid journal event")
 
 // Status is where a run stands.
 type Status string
@@ -208,9 +216,46 @@ type Journal interface {
 	Timeline(ctx context.Context, id string) ([]Event, error)
 }
 
-// Truncate bounds an error text to MaxErrorLen bytes, cutting on a rune
-// boundary and saying it did.
+// Validate refuses, with an error matching ErrInvalidEvent, an event no
+// journal can keep: no run id, a status that is not one, an attempt or
+// replay count beyond 32 bits, or an id, name or outcome that is not UTF-8
+// text without NUL bytes (error texts are repaired instead: see Truncate).
+func (e Event) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: run %q key %q: %s", ErrInvalidEvent, e.RunID, e.Key, fmt.Sprintf(format, args...))
+	}
+	if e.RunID == "" {
+		return bad("no run id")
+	}
+	if e.Status != "" && !e.Status.Valid() {
+		return bad("status %q is not a journal status", e.Status)
+	}
+	if e.Attempt != int(int32(e.Attempt)) || e.Replays != int(int32(e.Replays)) {
+		return bad("attempt %d or replays %d beyond a 32-bit integer", e.Attempt, e.Replays)
+	}
+	for _, f := range [...]struct{ name, value string }{
+		{"run id", e.RunID}, {"flow", e.Flow}, {"key", e.Key}, {"kind", string(e.Kind)}, {"step", e.Step},
+		{"outcome", e.Outcome}, {"queue", e.Queue}, {"run step", e.RunStep}, {"dead letter", e.DeadLetter},
+	} {
+		if !Text(f.value) {
+			return bad("%s %q is not UTF-8 text without NUL bytes", f.name, f.value)
+		}
+	}
+	return nil
+}
+
+// Text reports whether s is what every journal can store as text: valid
+// UTF-8 without NUL bytes (PostgreSQL's text refuses either).
+func Text(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
+// Truncate makes an error text storable and bounded: invalid UTF-8 and NUL
+// bytes become U+FFFD (an error is whatever a step returned, and one that
+// cannot be stored must not refuse its batch), and a text over
+// MaxErrorLen bytes is cut on a rune boundary, saying it was.
 func Truncate(s string) string {
+	if !Text(s) {
+		s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	}
 	if len(s) <= MaxErrorLen {
 		return s
 	}

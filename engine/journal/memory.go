@@ -42,8 +42,14 @@ func NewMemory(maxRuns int) (*Memory, error) {
 	return &Memory{max: maxRuns, runs: map[string]*memRun{}}, nil
 }
 
-// Record applies events by the package's rules. It never fails.
+// Record applies events by the package's rules. A batch holding an event
+// that does not Validate is refused whole.
 func (m *Memory) Record(_ context.Context, events []Event) error {
+	for _, e := range events {
+		if err := e.Validate(); err != nil {
+			return err
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range events {
@@ -53,8 +59,10 @@ func (m *Memory) Record(_ context.Context, events []Event) error {
 			m.runs[e.RunID] = r
 		}
 		e.Error = Truncate(e.Error)
-		r.events[e.Key] = e
 		Apply(&r.run, e)
+		// The input is the run's; the timeline does not repeat it.
+		e.Input = nil
+		r.events[e.Key] = e
 	}
 	if len(m.runs) > m.max {
 		m.evictLocked()
@@ -135,7 +143,7 @@ func (m *Memory) Runs(_ context.Context, q Query) ([]Run, error) {
 	}
 	needle := strings.ToLower(q.ErrorContains)
 	m.mu.RLock()
-	var out []Run
+	out := []Run{}
 	for _, r := range m.runs {
 		run := r.run
 		switch {

@@ -106,3 +106,25 @@ func TestWriterCloseReportsWhatItCouldNotWrite(t *testing.T) {
 	err = w.Close(cctx)
 	require.ErrorContains(t, err, "2 events were not written before the close deadline")
 }
+
+// TestWriterSetsInvalidEventsAside: an event no journal can keep does not
+// stall the writer: it is set aside and the rest of its batch is written.
+func TestWriterSetsInvalidEventsAside(t *testing.T) {
+	t.Parallel()
+	mem, err := journal.NewMemory(0)
+	require.NoError(t, err)
+	w, err := journal.NewWriter(mem, journal.WriterConfig{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, w.Record(ctx,
+		journal.Event{RunID: "ok-1", Key: "start", Kind: journal.KindStart, Status: journal.Running},
+		journal.Event{RunID: "bad\x00", Key: "start"},
+		journal.Event{RunID: "ok-2", Key: "start", Kind: journal.KindStart, Status: journal.Running}))
+	require.NoError(t, w.Flush(ctx))
+	for _, id := range []string{"ok-1", "ok-2"} {
+		_, err := mem.Run(ctx, id)
+		require.NoError(t, err, id)
+	}
+	require.NoError(t, w.Close(ctx))
+}

@@ -218,6 +218,14 @@ func (w *Writer) write(batch []Event) bool {
 		if err == nil {
 			return true
 		}
+		if errors.Is(err, ErrInvalidEvent) {
+			// It would be refused for ever: set the bad events aside and
+			// write the rest.
+			if batch = w.setAside(batch); len(batch) == 0 {
+				return true
+			}
+			continue
+		}
 		w.log.Warn("journal write failed; trying again", slog.Int("events", len(batch)), slog.Duration("in", backoff), slog.Any("error", err))
 		select {
 		case <-time.After(backoff):
@@ -226,6 +234,19 @@ func (w *Writer) write(batch []Event) bool {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// setAside drops from batch the events no journal can keep, logging each.
+func (w *Writer) setAside(batch []Event) []Event {
+	kept := batch[:0]
+	for _, e := range batch {
+		if err := e.Validate(); err != nil {
+			w.log.Error("journal event set aside: no journal can keep it", slog.Any("error", err))
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept
 }
 
 // drain writes what is left once the writer is closed, the batch in hand
@@ -249,6 +270,10 @@ func (w *Writer) drain(batch []Event, waiters []chan error) {
 		err := w.j.Record(ctx, batch)
 		if err == nil {
 			batch = batch[:0]
+			continue
+		}
+		if errors.Is(err, ErrInvalidEvent) {
+			batch = w.setAside(batch)
 			continue
 		}
 		select {

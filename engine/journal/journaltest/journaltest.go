@@ -36,6 +36,8 @@ func Run(t *testing.T, open Open) {
 		"concurrent writers of one run":  concurrentWriters,
 		"waiting and compensating":       waitingAndCompensating,
 		"input kept from the start only": inputFromStart,
+		"a batch touching a run twice":   batchTouchingRunTwice,
+		"invalid events refused":         invalidEventsRefused,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -351,4 +353,55 @@ func inputFromStart(t *testing.T, j journal.Journal) {
 	r, err := j.Run(ctx, "r9")
 	require.NoError(t, err)
 	require.JSONEq(t, `{"n":1}`, string(r.Input), "starting a run twice keeps its first input")
+}
+
+func batchTouchingRunTwice(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	a := step("r10", "orders", "charge", 1, 1, 5, "retried", journal.Running, "charge")
+	a.Error = "first"
+	b := a
+	b.Outcome, b.Error = "failed", "second"
+	b.Status = journal.Failed
+	late := start("r10", "orders", 0, `{"n":10}`)
+	record(t, j, a, late, b)
+	r, err := j.Run(ctx, "r10")
+	require.NoError(t, err)
+	require.Equal(t, journal.Failed, r.Status, "a tie at the highest Seq goes to the later event")
+	require.Equal(t, "second", r.Error)
+	require.True(t, r.StartedAt.Equal(at(0)), "a start in the same batch lowers started_at")
+	require.JSONEq(t, `{"n":10}`, string(r.Input))
+	tl, err := j.Timeline(ctx, "r10")
+	require.NoError(t, err)
+	require.Len(t, tl, 2, "the key recorded twice in one batch is one entry, the later")
+	require.Equal(t, "failed", tl[1].Outcome)
+	require.Nil(t, tl[0].Input, "the input is the run's, not the timeline's")
+}
+
+func invalidEventsRefused(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	good := start("r11", "orders", 0, `{}`)
+	for name, bad := range map[string]journal.Event{
+		"no run id":      {Flow: "orders", Key: "k"},
+		"unknown status": {RunID: "r11", Key: "k", Status: "sleeping"},
+		"NUL in a step":  {RunID: "r11", Key: "k", Step: "a\x00b"},
+		"not UTF-8 id":   {RunID: "r\xff", Key: "k"},
+	} {
+		err := j.Record(ctx, []journal.Event{good, bad})
+		require.ErrorIs(t, err, journal.ErrInvalidEvent, name)
+	}
+	_, err := j.Run(ctx, "r11")
+	require.ErrorIs(t, err, journal.ErrRunNotFound, "a refused batch writes nothing")
+
+	// An error text is whatever a step returned: repaired, not refused.
+	f := step("r11", "orders", "charge", 1, 1, 1, "failed", journal.Failed, "charge")
+	f.Error = "bad \xff byte and \x00 NUL"
+	record(t, j, good, f)
+	r, err := j.Run(ctx, "r11")
+	require.NoError(t, err)
+	require.Equal(t, "bad \uFFFD byte and \uFFFD NUL", r.Error)
+
+	runs, err := j.Runs(ctx, journal.Query{Flow: "no such flow"})
+	require.NoError(t, err)
+	require.NotNil(t, runs, "no runs is an empty list, not nil (JSON [] rather than null)")
+	require.Empty(t, runs)
 }

@@ -514,3 +514,34 @@ func TestNewCommandsNameTheirEnvironmentFallbacks(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerExitsWhenAConsumerEnds: a queue deleted under a worker ends
+// its consumer for good; the worker then drains and fails, so that
+// whatever supervises it starts a healthy one.
+func TestWorkerExitsWhenAConsumerEnds(t *testing.T) {
+	t.Parallel()
+	url := "memory://" + testenv.Name(t, "broker")
+	h := brokertest.New(t, url, false)
+	flows := unitFlows(testenv.Name(t, "flow"))
+	inv := invocation{flows: flows, env: map[string]string{"ACEMQ_URL": url, "ACEMQ_LADDER": h.Ladder}}
+	var (
+		stderr syncBuffer
+		code   int
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		code = run(t.Context(), inv.lookup, inv.flows, []string{"worker"}, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &stderr})
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), `msg="worker started"`) }, 10*time.Second, 10*time.Millisecond, stderr.String())
+	_, err := h.Admin.Transport().DeleteQueue(brokertest.Ctx(t), flows[0].Name()+".ship")
+	require.NoError(t, err)
+	select {
+	case <-done:
+	case <-time.After(3 * consumerCheckInterval):
+		t.Fatalf("the worker did not notice: %s", stderr.String())
+	}
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr.String(), `msg="a consumer ended; stopping the worker"`)
+	require.Contains(t, stderr.String(), "acemq-flow: worker: "+flows[0].Name()+".ship")
+}

@@ -466,7 +466,8 @@ func TestOperatorCommandsOnRabbitMQAndPostgreSQL(t *testing.T) {
 // TestOperatorCommandsWithoutADatabase: with RabbitMQ and no database the
 // worker says its journal is its own, runs list says why it sees nothing,
 // and replay finds a failed run's message by its run id in the flows'
-// dead-letter queues.
+// dead-letter queues; a database that does not answer is an error naming
+// the variable.
 func TestOperatorCommandsWithoutADatabase(t *testing.T) {
 	t.Parallel()
 	fx := newCLIFixture(t, false)
@@ -499,4 +500,11 @@ func TestOperatorCommandsWithoutADatabase(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "run "+run+" is in none of")
 	require.Zero(t, w.stop(t), w.stderr.String())
+
+	// A database nothing answers on (port 1) fails the worker at once,
+	// naming the variable, never the password.
+	r = fx.runEnv([]string{"ACEMQ_DATABASE_URL=postgres://acemq:s3cret-pw@127.0.0.1:1/test"}, "worker")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "acemq-flow: --database-url / ACEMQ_DATABASE_URL: connect to postgres://acemq@127.0.0.1:1/test:")
+	require.NotContains(t, r.stderr, "s3cret-pw")
 }

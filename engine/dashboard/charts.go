@@ -104,9 +104,9 @@ func (d *dash) charts(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.Started = columns("Runs started per minute", started, "started", since)
-	p.Started.Summary = fmt.Sprintf("%d started, %.2f runs/s on average", int(sum(started)), sum(started)/chartWindow.Seconds())
-	p.Failed = columns("Runs failed per minute", failed, "failed", since)
-	p.Failed.Summary = fmt.Sprintf("%d failed (given up, then compensated or waiting for a replay)", int(sum(failed)))
+	p.Started.Summary = fmt.Sprintf("%d started, %s runs/s on average", int(sum(started)), strconv.FormatFloat(sum(started)/chartWindow.Seconds(), 'g', 3, 64))
+	p.Failed = columns("Runs failed per minute (when they stopped)", failed, "failed", since)
+	p.Failed.Summary = fmt.Sprintf("%d failed and not replayed since: waiting for a replay, compensated or unresolved", int(sum(failed)))
 
 	sample := runs[:min(len(runs), d.cfg.ChartSample)]
 	took := map[[2]string][]time.Duration{}
@@ -137,7 +137,7 @@ func sum(v []float64) float64 {
 
 // columns lays out one column per value, oldest on the left.
 func columns(title string, values []float64, class string, since time.Time) barChart {
-	c := barChart{Title: title, Width: chartWidth, Height: chartHeight, Left: marginLeft, Right: chartWidth - 4,
+	c := barChart{Title: title, Width: chartWidth, Height: chartHeight, Left: marginLeft, Right: chartWidth - 24,
 		Base: chartHeight - marginBelow}
 	top := niceCeil(slices.Max(values))
 	plotH := c.Base - marginTop

@@ -35,7 +35,7 @@ var funcs = template.FuncMap{
 	"clock":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	"dur":        human,
 	"took": func(a, b time.Time) string {
-		if a.IsZero() || b.IsZero() || b.Before(a) {
+		if a.IsZero() || b.IsZero() || !b.After(a) {
 			return ""
 		}
 		return human(b.Sub(a))

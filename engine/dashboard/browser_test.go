@@ -1,0 +1,270 @@
+package dashboard_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/engine/dashboard"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/testenv"
+)
+
+// chromiumPath is where Debian's chromium package puts the browser.
+const chromiumPath = "/usr/bin/chromium"
+
+// screenshotsEnv names the folder (from the repository's root) the
+// browser tests write the dashboard's screenshots to, when set:
+// ACEMQ_SCREENSHOTS=docs refreshes the README's pictures.
+const screenshotsEnv = "ACEMQ_SCREENSHOTS"
+
+// browser starts headless Chromium for the test, with a profile of its
+// own, and returns a tab's context; both go when the test ends. Without
+// Chromium the test is skipped, or fails under ACEMQ_REQUIRE_SERVICES=1.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if testenv.Required() {
+			t.Fatalf("%s is missing and ACEMQ_REQUIRE_SERVICES=1: install it with apt-get install -y chromium", chromiumPath)
+		}
+		t.Skipf("install Chromium (apt-get install -y chromium) to run the browser tests: %v", err)
+	}
+	profile, err := os.MkdirTemp("", "acemq-chromium-")
+	require.NoError(t, err)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox, // as root on the test machines
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(1280, 900),
+	)
+	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		// The browser's helpers can still write to the profile for a
+		// moment after it exited.
+		require.Eventually(t, func() bool { return os.RemoveAll(profile) == nil }, 10*time.Second, 50*time.Millisecond)
+	})
+	require.NoError(t, chromedp.Do(ctx), "start %s", chromiumPath)
+	// Every action of the test gets this long; the browser itself lives
+	// until the test ends.
+	tctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(tcancel)
+	return tctx
+}
+
+// dialogs counts the JavaScript dialogs (alert, confirm, prompt) the tab
+// opens from now on, and dismisses each, until the test ends.
+func dialogs(t *testing.T, ctx context.Context) *atomic.Int32 {
+	t.Helper()
+	wctx, stop := context.WithCancel(ctx)
+	events := chromedp.Events(wctx, page.JavascriptDialogOpening)
+	var n atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, err := range events {
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			_, _ = chromedp.Call(wctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	return &n
+}
+
+// screenshot keeps the page as docs/<name>.png when ACEMQ_SCREENSHOTS is
+// set.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv(screenshotsEnv)
+	if dir == "" {
+		return
+	}
+	if !filepath.IsAbs(dir) {
+		root, err := moduleRoot()
+		require.NoError(t, err)
+		dir = filepath.Join(root, dir)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+}
+
+// moduleRoot is the folder holding go.mod, above the test's own.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the test")
+		}
+		dir = parent
+	}
+}
+
+func text(t *testing.T, ctx context.Context, id string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
+	require.NoError(t, err, "#%s", id)
+	return s
+}
+
+func eval[T any](t *testing.T, ctx context.Context, js string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	require.NoError(t, err, js)
+	return v
+}
+
+func open(t *testing.T, ctx context.Context, url string) int64 {
+	t.Helper()
+	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(url))
+	require.NoError(t, err, url)
+	return resp.Status
+}
+
+// TestInABrowser drives the dashboard in headless Chromium, on a real
+// journal fed by an engine on the loopback: the runs list shows the runs,
+// a failed run's page shows its error and replays it, and an error
+// holding a script is shown as text without running it.
+func TestInABrowser(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, dashboard.Config{})
+	ctx := browser(t)
+	opened := dialogs(t, ctx)
+
+	done := []string{fx.start(order{ID: "o-1"}, journal.Completed), fx.start(order{ID: "o-2"}, journal.Completed)}
+	declined := fx.start(order{ID: "o-3", Fail: "card 4242 declined for order 17"}, journal.Failed)
+	fx.start(order{ID: "o-4", Fail: "card 1881 declined for order 18"}, journal.Failed)
+	script := fx.start(order{ID: "o-5", Fail: "<script>alert(1)</script>"}, journal.Failed)
+	done = append(done, fx.start(order{ID: "o-6"}, journal.Completed))
+
+	t.Run("the runs list shows the runs", func(t *testing.T) {
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/"))
+		require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("runs"))))
+		ids := eval[[]string](t, ctx, `[...document.querySelectorAll("#runs tr[data-run]")].map(r => r.dataset.run)`)
+		require.Len(t, ids, 6)
+		for _, id := range append(done, declined, script) {
+			require.Contains(t, ids, id)
+		}
+		status := eval[string](t, ctx, `document.querySelector('#runs tr[data-run="`+declined+`"]').dataset.status`)
+		require.Equal(t, "failed", status)
+		screenshot(t, ctx, "dashboard-runs")
+
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.ID("f-status"), "failed"),
+			chromedp.SendKeys(chromedp.ID("f-q"), "4242"),
+		))
+		_, err := chromedp.RunResponse(ctx, chromedp.Submit(chromedp.ID("f-q")))
+		require.NoError(t, err)
+		ids = eval[[]string](t, ctx, `[...document.querySelectorAll("#runs tr[data-run]")].map(r => r.dataset.run)`)
+		require.Equal(t, []string{declined}, ids, "filtered by status and error text")
+	})
+
+	t.Run("an error holding a script is text", func(t *testing.T) {
+		before := opened.Load()
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/runs/"+script))
+		require.Contains(t, text(t, ctx, "run-error"), "<script>alert(1)</script>")
+		require.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll("main script, #run-error *").length`),
+			"no element came from the error")
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/?q=script"))
+		cell := eval[string](t, ctx, `document.querySelector('#runs tr[data-run="`+script+`"] td.err').textContent`)
+		require.Contains(t, cell, "<script>alert(1)</script>")
+		require.Equal(t, before, opened.Load(), "no dialog opened")
+	})
+
+	t.Run("failed runs are grouped", func(t *testing.T) {
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/failed"))
+		patterns := eval[[]string](t, ctx, `[...document.querySelectorAll(".group .pattern")].map(p => p.textContent)`)
+		require.Equal(t, []string{`step "charge": fatal: card <n> declined for order <n>`, `step "charge": fatal: <script>alert(<n>)</script>`}, patterns,
+			"two runs declined, whatever the numbers, first")
+		counts := eval[[]string](t, ctx, `[...document.querySelectorAll(".group .count")].map(p => p.textContent)`)
+		require.Equal(t, []string{"2", "1"}, counts)
+		screenshot(t, ctx, "dashboard-failed")
+	})
+
+	t.Run("a failed run shows its error and is replayed", func(t *testing.T) {
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/runs/"+declined))
+		require.Equal(t, "failed", text(t, ctx, "status"))
+		require.Contains(t, text(t, ctx, "run-error"), "card 4242 declined for order 17")
+		failedRow := eval[string](t, ctx, `document.querySelector('#timeline tr[data-outcome="failed"]').textContent`)
+		require.Contains(t, failedRow, "charge")
+		require.Contains(t, failedRow, "card 4242 declined for order 17")
+		screenshot(t, ctx, "dashboard-run")
+
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("replay")))
+		require.NoError(t, err)
+		require.Equal(t, int64(http.StatusOK), resp.Status)
+		require.Contains(t, text(t, ctx, "flash"), "Replayed")
+		require.Contains(t, []string{"running", "completed"}, text(t, ctx, "status"))
+
+		fx.wait(declined, journal.Completed)
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/runs/"+declined))
+		require.Equal(t, "completed", text(t, ctx, "status"))
+		kinds := eval[[]string](t, ctx, `[...document.querySelectorAll("#timeline tr[data-kind]")].map(r => r.dataset.kind + ":" + r.dataset.outcome)`)
+		require.Contains(t, kinds, "replay:replayed")
+		require.Equal(t, "step:completed", kinds[len(kinds)-1])
+	})
+
+	t.Run("the charts draw the last hour", func(t *testing.T) {
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/charts"))
+		started := eval[int](t, ctx, `[...document.querySelectorAll("rect.started")].reduce((n, r) => n + Number(r.textContent.split(": ")[1]), 0)`)
+		require.Equal(t, 6, started, "every run started this hour, in one column or two")
+		require.Equal(t, 2, eval[int](t, ctx, `[...document.querySelectorAll("rect.failed")].reduce((n, r) => n + Number(r.textContent.split(": ")[1]), 0)`),
+			"two runs failed and were not replayed since")
+		require.Equal(t, 2, eval[int](t, ctx, `document.querySelectorAll("#chart-latency rect.p99").length`), "validate and charge")
+		screenshot(t, ctx, "dashboard-charts")
+		require.Equal(t, int32(0), opened.Load(), "no page opened a dialog")
+	})
+
+}
+
+// TestInABrowserTheTokenIsRequired: with a token, a browser gets 401 and
+// the login form, and the page it asked for once it signed in.
+func TestInABrowserTheTokenIsRequired(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, dashboard.Config{Token: "browser-t0ken"})
+	ctx := browser(t)
+	require.Equal(t, int64(http.StatusUnauthorized), open(t, ctx, fx.srv.URL+"/failed"))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("token")), chromedp.SendKeys(chromedp.ID("token"), "wrong")))
+	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("login")))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusUnauthorized), resp.Status)
+	require.Contains(t, text(t, ctx, "login-error"), "not the dashboard's")
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("token"), "browser-t0ken")))
+	resp, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("login")))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status)
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	require.NoError(t, err)
+	require.Equal(t, fx.srv.URL+"/failed", loc, "back to the page it asked for")
+	require.Equal(t, "No failed runs.", text(t, ctx, "no-failed"))
+}

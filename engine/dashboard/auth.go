@@ -151,8 +151,13 @@ func (d *dash) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// logout forgets the session cookie.
+// logout forgets the session cookie. It wants the page's CSRF token, so
+// that another site cannot sign a person out.
 func (d *dash) logout(w http.ResponseWriter, r *http.Request) {
+	if !d.csrfValid(r) {
+		d.fail(w, r, http.StatusForbidden, "The form was stale or did not come from this dashboard: reload the page and try again.")
+		return
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

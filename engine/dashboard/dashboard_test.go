@@ -79,7 +79,11 @@ func TestTokenProtectsEveryPage(t *testing.T) {
 	status, _, _ = do(t, c, http.MethodGet, srv.URL+"/failed", nil, nil)
 	require.Equal(t, http.StatusOK, status, "the cookie is enough from then on")
 
-	status, _, resp = do(t, c, http.MethodPost, srv.URL+"/logout", url.Values{}, nil)
+	status, page, _ := do(t, c, http.MethodGet, srv.URL+"/charts", nil, nil)
+	require.Equal(t, http.StatusOK, status)
+	status, _, _ = do(t, c, http.MethodPost, srv.URL+"/logout", url.Values{}, nil)
+	require.Equal(t, http.StatusForbidden, status, "signing out takes the page's CSRF token")
+	status, _, _ = do(t, c, http.MethodPost, srv.URL+"/logout", url.Values{"csrf": {csrf(t, page)}}, nil)
 	require.Equal(t, http.StatusSeeOther, status)
 	status, _, _ = do(t, c, http.MethodGet, srv.URL+"/failed", nil, nil)
 	require.Equal(t, http.StatusUnauthorized, status, "logged out")

@@ -219,7 +219,8 @@ func (m *Metrics) registerLadder() error {
 // acemq_queue_depth{role="dead_letter"}. The depths are asked of the broker
 // through eng's connection (a passive declare per queue) within
 // DepthTimeout; a queue that does not answer is left out of that scrape.
-// It refuses a nil engine. Flows registered after the call are included.
+// It refuses a nil engine. Flows registered after the call are included;
+// call it once per engine.
 func (m *Metrics) ObserveFlows(eng *engine.Engine) error {
 	if eng == nil {
 		return errors.New("observe: ObserveFlows: nil engine")

@@ -25,10 +25,11 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler) error {
 	return Serve(ctx, ln, h)
 }
 
-// Serve serves h on ln until ctx ends, then shuts the server down (requests
-// in flight get ShutdownTimeout to finish) and returns nil; it returns the
-// server's error if it stops on its own. It closes ln either way. Request
-// contexts derive from ctx, so a long request ends with it too.
+// Serve serves h on ln until ctx ends, then shuts the server down and
+// returns nil: it stops listening at once, and requests in flight (a
+// replay the dashboard is carrying out) get ShutdownTimeout to finish
+// before their connections are closed. It returns the server's error if it
+// stops on its own, and closes ln either way.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
 		Handler:           h,
@@ -36,7 +37,9 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// Not cancelled with ctx: a request in flight finishes within
+		// the shutdown's grace rather than being cut off.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -75,7 +75,7 @@ func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
 // (ErrNotCompensable) and a message that is nowhere to be found
 // (ErrMessageNotFound).
 func (e *Engine) Compensate(ctx context.Context, runID string) (Moved, error) {
-	run, known, queues, err := e.findFailed(ctx, runID, ErrNotCompensable)
+	_, known, queues, err := e.findFailed(ctx, runID, ErrNotCompensable)
 	if err != nil {
 		return Moved{RunID: runID}, err
 	}
@@ -88,7 +88,6 @@ func (e *Engine) Compensate(ctx context.Context, runID string) (Moved, error) {
 	}
 	f, _ := e.flow(moved.Flow)
 	moved.To = f.compensateNowQueue()
-	_ = run
 	return moved, nil
 }
 

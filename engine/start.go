@@ -72,15 +72,23 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 	if err != nil || p.done {
 		return p.res, err
 	}
+	// Recorded before it is sent, so that in this process the start is
+	// written before anything its first step records.
+	e.record(ctx, p.events...)
 	if p.res.DueAt.IsZero() {
 		err = e.conn.Send(ctx, p.out)
 	} else {
 		err = e.conn.Schedule(ctx, p.res.DueAt, p.out)
 	}
 	if err != nil {
+		// If the message did get through after all, its first step's
+		// events come later in the run and take it on.
+		now := time.Now()
+		e.record(ctx, journal.Event{RunID: p.res.RunID, Flow: flowName, Kind: journal.KindStart, Outcome: "not started",
+			StartedAt: now, EndedAt: now, Error: err.Error(), Status: journal.Failed, RunStep: p.events[0].RunStep,
+			Seq: journal.Seq(0, 0, 1, 1), Key: "start-failed"})
 		return p.res, fmt.Errorf("start %q: %w", flowName, err)
 	}
-	e.record(ctx, p.events...)
 	e.metrics.started(ctx, flowName)
 	return p.res, nil
 }

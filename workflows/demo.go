@@ -2,66 +2,60 @@ package workflows
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
+	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
 )
 
-// DefaultDemoQueue is the orders queue the demo uses unless told otherwise.
-const DefaultDemoQueue = "acemq-demo.orders"
-
-// DefaultDemoTimeout bounds a demo run unless told otherwise.
-const DefaultDemoTimeout = 30 * time.Second
-
-// cleanupTimeout bounds the deletion of the demo's queues after a run,
-// which happens even when the run's own context is done.
-const cleanupTimeout = 10 * time.Second
-
-// DemoRetryAttempts and DemoRetryDelay are the demo consumer's retry
-// policy: at most three deliveries, a second apart (the scheduler ladder's
-// shortest rung).
+// Defaults of DemoConfig.
 const (
-	DemoRetryAttempts = 3
-	DemoRetryDelay    = time.Second
+	// DefaultDemoFlow is the name the demo runs place-order under, so that
+	// it never touches the queues of a worker running place-order itself.
+	DefaultDemoFlow = "acemq-demo.place-order"
+	// DefaultDemoLadder is the demo's own scheduler ladder.
+	DefaultDemoLadder = "acemq-demo.schedule"
+	// DefaultDemoTimeout bounds a demo; it takes about four seconds.
+	DefaultDemoTimeout = 15 * time.Second
 )
 
-// demoOrder is the payload the demo publishes.
-type demoOrder struct {
-	ID       int    `json:"id"`
-	Customer string `json:"customer"`
-	Item     string `json:"item"`
-	Quantity int    `json:"quantity"`
-}
+// demoCleanupTimeout bounds the deletion of what the demo declared, which
+// happens even when the demo's own time is up.
+const demoCleanupTimeout = 10 * time.Second
 
-// demoOrders are what the demo places: order 2 meets a payment gateway that
-// times out twice, order 3 can never be placed.
-var demoOrders = []demoOrder{
-	{ID: 1, Customer: "alice", Item: "coffee beans", Quantity: 2},
-	{ID: 2, Customer: "bob", Item: "espresso machine", Quantity: 1},
-	{ID: 3, Customer: "carol", Item: "milk frother", Quantity: 0},
-	{ID: 4, Customer: "dave", Item: "paper filters", Quantity: 5},
-}
+// demoShipDelay is how far ahead the waiting run's ship_at is.
+const demoShipDelay = 3 * time.Second
 
-// gatewayOutages is how many times the simulated payment gateway times out
-// for an order before it answers.
-var gatewayOutages = map[int]int{2: 2}
-
-// errGatewayTimeout is the simulated payment gateway's transient failure.
-var errGatewayTimeout = errors.New("payment gateway timed out")
-
-// DemoConfig configures a demo run. The zero value is the defaults.
+// DemoConfig configures the demo of place-order (what `make run` and
+// `acemq-flow demo` show). The zero value is the defaults.
 type DemoConfig struct {
-	// Queue is the orders queue ("" = DefaultDemoQueue). The demo deletes
-	// it, with its .dlq and .parked, before it starts and when it ends, so
-	// give each concurrent run a queue of its own.
-	Queue string
-	// Timeout bounds the whole run (0 = DefaultDemoTimeout).
+	// URL is the broker: amqp://user:password@host:5672/vhost for
+	// RabbitMQ, "" or memory:// for the embedded in-process broker.
+	URL string
+	// Ladder is the scheduler ladder the demo runs on ("" =
+	// DefaultDemoLadder). It must be the demo's own: the demo deletes it
+	// when it ends, with the timer of the run it held for replay. It
+	// refuses a ladder that exists already, unless it is
+	// DefaultDemoLadder (left by an earlier demo).
+	Ladder string
+	// Flow is the name place-order runs under ("" = DefaultDemoFlow): its
+	// exchange and the prefix of its queues, which the demo deletes
+	// before it starts and when it ends.
+	Flow string
+	// Timeout bounds the demo (0 = DefaultDemoTimeout).
 	Timeout time.Duration
+	// Logger receives the library's logs (nil = the broker's default).
+	Logger *slog.Logger
 }
 
 // Validate refuses a config the demo cannot run with.
@@ -69,12 +63,19 @@ func (c DemoConfig) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("demo: timeout %s, want a positive duration (or 0 for the default)", c.Timeout)
 	}
+	if c.Ladder == broker.DefaultLadder {
+		return fmt.Errorf("demo: ladder %q is every worker's; the demo deletes the ladder it runs on, so give it one of its own (default %s)",
+			c.Ladder, DefaultDemoLadder)
+	}
 	return nil
 }
 
 func (c DemoConfig) withDefaults() DemoConfig {
-	if c.Queue == "" {
-		c.Queue = DefaultDemoQueue
+	if c.Ladder == "" {
+		c.Ladder = DefaultDemoLadder
+	}
+	if c.Flow == "" {
+		c.Flow = DefaultDemoFlow
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultDemoTimeout
@@ -82,23 +83,57 @@ func (c DemoConfig) withDefaults() DemoConfig {
 	return c
 }
 
-// Demo runs the demo with the default DemoConfig; see DemoConfig.Run.
-func Demo(ctx context.Context, conn *broker.Conn, out io.Writer) error {
-	return DemoConfig{}.Run(ctx, conn, out)
+// demoRun is one of the demo's orders and what becomes of it.
+type demoRun struct {
+	title string
+	order Order
+	// compensate: the run fails and is held for replay, and the demo
+	// compensates it by hand.
+	compensate bool
+	want       journal.Status
 }
 
-// Run places four orders on conn and writes to out what became of each:
-// two are handled on their first attempt, one fails twice and is handled
-// on its third (each retry travels the scheduler ladder), and one can never
-// be placed and is given up into the queue's .dlq, which the demo then
-// reads back. It waits for every order to be settled, bounded by ctx and
-// the config's timeout, and deletes its queues before returning.
-func (c DemoConfig) Run(ctx context.Context, conn *broker.Conn, out io.Writer) (err error) {
+func demoRuns(now time.Time) []demoRun {
+	shipAt := now.Add(demoShipDelay).Truncate(time.Second)
+	return []demoRun{{
+		title: "an order that goes straight through",
+		order: Order{ID: "o-1001", Customer: "Ada", Item: "coffee beans", Quantity: 2, AmountCents: 2400,
+			Card: CardApproved, Address: "12 Harbour Street, Bristol"},
+		want: journal.Completed,
+	}, {
+		title: "an e-book, nothing to reserve or ship; the payment gateway times out once and charge is retried",
+		order: Order{ID: "o-1002", Customer: "Grace", Item: "e-book", Quantity: 1, AmountCents: 1200,
+			Card: CardTimesOutOnce, Digital: true},
+		want: journal.Completed,
+	}, {
+		title: "the courier does not deliver to Atlantis, after the card was charged",
+		order: Order{ID: "o-1003", Customer: "Linus", Item: "desk lamp", Quantity: 1, AmountCents: 3900,
+			Card: CardApproved, Address: "1 Coral Way, Atlantis"},
+		compensate: true,
+		want:       journal.Compensated,
+	}, {
+		title: fmt.Sprintf("an order to ship at %s, a few seconds after it is placed", clock(shipAt)),
+		order: Order{ID: "o-1004", Customer: "Barbara", Item: "teapot", Quantity: 1, AmountCents: 1800,
+			Card: CardApproved, Address: "7 Mill Lane, Leeds", ShipAt: shipAt},
+		want: journal.Completed,
+	}}
+}
+
+// undoes says what each compensation of place-order does, for a person.
+var undoes = map[string]string{"charge": "the payment refunded", "reserve": "the booking cancelled and the stock released"}
+
+// Run runs four orders through place-order (named Flow, on the stand-in
+// services) with an in-memory journal, and writes each run's timeline, as
+// the journal recorded it, to out: one completes; one is retried through
+// the scheduler ladder and completes; one is given up after its card was
+// charged, is held for replay, and is compensated by hand as an operator
+// would (acemq-flow compensate), its refund in the timeline; one waits on
+// the ladder until its ship_at and completes. It returns an error if a run
+// ends otherwise, or the demo outlasts its timeout. It deletes the flow's
+// queues and exchange, and its ladder, before it returns.
+func (c DemoConfig) Run(ctx context.Context, out io.Writer) (err error) {
 	if err := c.Validate(); err != nil {
 		return err
-	}
-	if conn == nil {
-		return errors.New("demo: nil connection")
 	}
 	if out == nil {
 		return errors.New("demo: nil output writer")
@@ -107,277 +142,426 @@ func (c DemoConfig) Run(ctx context.Context, conn *broker.Conn, out io.Writer) (
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 
-	d := newDemo(conn, c.Queue, out)
-	d.printf("acemq-flow demo on %s: queue %s, retry: %d attempts, %s apart, through the scheduler ladder %s\n",
-		conn.Name(), d.queue, DemoRetryAttempts, DemoRetryDelay, conn.Ladder())
-	if err := d.deleteQueues(ctx); err != nil {
-		return fmt.Errorf("demo: remove queues left by an earlier run: %w", err)
+	brokerURL, err := demoURL(c.URL)
+	if err != nil {
+		return err
 	}
+	bcfg := broker.Config{Ladder: c.Ladder, Logger: c.Logger}
+	conn, err := bcfg.Open(ctx, brokerURL)
+	if err != nil {
+		return fmt.Errorf("demo: connect: %w", err)
+	}
+	ours := false
 	defer func() {
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), demoCleanupTimeout)
 		defer ccancel()
-		if cerr := d.deleteQueues(cctx); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("demo: clean up: %w", cerr))
+		err = errors.Join(err, conn.Close(cctx))
+		if ours {
+			// Only now: the connection's control consumer read the ladder.
+			err = errors.Join(err, deleteLadder(cctx, bcfg, brokerURL))
 		}
 	}()
-	if err := conn.Declare(ctx, broker.ConsumerTopology(d.queue)); err != nil {
+	if err := ownLadder(ctx, conn, c.Ladder); err != nil {
+		return err
+	}
+	ours = true
+
+	j, err := newWatchedJournal()
+	if err != nil {
+		return err
+	}
+	eng, err := engine.New(engine.Config{Conn: conn, Journal: j})
+	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	for _, o := range demoOrders {
-		id := broker.NewID()
-		d.byMessage[id] = o
-		err := conn.Publish(ctx, o, broker.To(d.queue), broker.Mandatory(), broker.MessageID(id), broker.Type("order.placed.v1"))
-		if err != nil {
-			return fmt.Errorf("demo: place order %d: %w", o.ID, err)
-		}
-		d.printf("published order %d: %s, %d x %s\n", o.ID, o.Customer, o.Quantity, o.Item)
+	if err := eng.Register(NewPlaceOrder(c.Flow, NewStandIns().Services())); err != nil {
+		return fmt.Errorf("demo: %w", err)
 	}
-
-	consumer, err := conn.Consume(ctx, d.queue, broker.Func(d.placeOrder),
-		broker.WithRetry(broker.Constant(DemoRetryAttempts, DemoRetryDelay)), broker.Use(d.report))
+	info, err := eng.Flow(c.Flow)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	if err := deleteFlow(ctx, conn, info); err != nil {
+		return fmt.Errorf("demo: remove what an earlier demo left: %w", err)
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), demoCleanupTimeout)
+		defer ccancel()
+		err = errors.Join(err, eng.Close(cctx), deleteFlow(cctx, conn, info))
+	}()
+	w, err := eng.StartWorker(ctx)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer func() {
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), demoCleanupTimeout)
 		defer ccancel()
-		if cerr := consumer.Cancel(cctx); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("demo: stop consumer: %w", cerr))
-		}
+		err = errors.Join(err, w.Close(cctx))
 	}()
-	select {
-	case <-d.done:
-	case <-ctx.Done():
-		return fmt.Errorf("demo: orders %v still unsettled: %w", d.unsettled(), ctx.Err())
+
+	d := &demo{eng: eng, j: j, info: info, out: &printer{w: out}}
+	where := "the embedded in-process broker"
+	if !strings.HasPrefix(brokerURL, "memory:") {
+		where = fmt.Sprintf("%s, scheduler ladder %s", conn.Name(), c.Ladder)
 	}
-	// Cancel lets the last handler's move finish: once it returns, the
-	// given-up order is confirmed in the .dlq.
-	if err := consumer.Cancel(ctx); err != nil {
-		return fmt.Errorf("demo: stop consumer: %w", err)
+	d.printf("acemq-flow demo: four orders through the place-order flow, on %s\n", where)
+	d.printf("flow %s: %s\n", c.Flow, d.outline())
+	d.printf("each run's timeline is read back from the run journal; times are since the run started\n")
+	runs := demoRuns(time.Now())
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		res, err := eng.Start(ctx, c.Flow, r.order)
+		if err != nil {
+			return fmt.Errorf("demo: start run %d: %w", i+1, err)
+		}
+		ids[i] = res.RunID
 	}
-	if err := d.readDeadLetters(ctx); err != nil {
-		return err
+	var summary []string
+	for i, r := range runs {
+		st, err := d.follow(ctx, i+1, r, ids[i])
+		if err != nil {
+			return err
+		}
+		summary = append(summary, fmt.Sprintf("run %d %s", i+1, st))
 	}
-	d.printf("summary: %d orders done, %d dead-lettered\n", d.count(outcomeDone), d.count(outcomeDeadLettered))
+	d.printf("\nsummary: %s\n", strings.Join(summary, ", "))
+	d.printf("the demo deletes its queues, exchange %s and ladder %s as it ends\n", c.Flow, c.Ladder)
 	return d.out.Err()
 }
 
-// Outcomes the demo records per order.
-const (
-	outcomeDone         = "done"
-	outcomeDeadLettered = "dead-lettered"
-)
-
-// demo is the state of one run.
-type demo struct {
-	conn  *broker.Conn
-	queue string
-	start time.Time
-	out   *printer
-	// byMessage maps a published message id to its order. It is written
-	// before the consumer starts and only read after.
-	byMessage map[string]demoOrder
-
-	mu       sync.Mutex
-	outages  map[int]int
-	outcomes map[int]string
-	done     chan struct{}
-}
-
-func newDemo(conn *broker.Conn, queue string, out io.Writer) *demo {
-	outages := make(map[int]int, len(gatewayOutages))
-	for id, n := range gatewayOutages {
-		outages[id] = n
+// demoURL is the broker URL the demo connects to: a bare memory:// becomes
+// an embedded broker of a name of its own, so that the cleanup's own
+// connection reaches it.
+func demoURL(raw string) (string, error) {
+	if raw == "" {
+		raw = "memory://"
 	}
-	return &demo{
-		conn:      conn,
-		queue:     queue,
-		start:     time.Now(),
-		out:       &printer{w: out},
-		byMessage: map[string]demoOrder{},
-		outages:   outages,
-		outcomes:  map[int]string{},
-		done:      make(chan struct{}),
-	}
-}
-
-func (d *demo) printf(format string, args ...any) { d.out.printf(format, args...) }
-
-// placeOrder is the demo's business logic: an order that can never be
-// placed is a fatal error (no retry can fix it), a payment gateway timeout
-// an ordinary one (retried).
-func (d *demo) placeOrder(_ context.Context, m *broker.Message) error {
-	o, err := broker.Decode[demoOrder](m)
+	u, err := url.Parse(raw)
 	if err != nil {
-		return err
+		return "", fmt.Errorf("demo: %w: %s", broker.ErrInvalidURL, raw)
 	}
-	if o.Quantity < 1 {
-		return broker.Fatal(fmt.Errorf("order %d: quantity must be at least 1, got %d", o.ID, o.Quantity))
+	if u.Scheme == "memory" && u.Host == "" && u.Path == "" {
+		return "memory://acemq-demo-" + broker.NewID(), nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.outages[o.ID] > 0 {
-		d.outages[o.ID]--
-		return fmt.Errorf("order %d: %w", o.ID, errGatewayTimeout)
-	}
-	return nil
+	return raw, nil
 }
 
-// report is middleware that writes what the handler decided about each
-// delivery, and signals once every order has reached its end.
-func (d *demo) report(next broker.Handler) broker.Handler {
-	return func(ctx context.Context, m *broker.Message) broker.Ack {
-		o, ours := d.byMessage[m.ID]
-		if !ours {
-			d.printf("%s  skipped message %s: left over from an earlier run\n", d.elapsed(), m.ID)
-			return broker.Accept()
-		}
-		ack := next(ctx, m)
-		prefix := fmt.Sprintf("%s  order %d, attempt %d:", d.elapsed(), o.ID, m.Attempt)
-		dlq := d.queue + broker.DeadLetterSuffix
-		var decodeErr *broker.DecodeError
-		switch {
-		case ack.Outcome() == broker.OutcomeAccept:
-			d.printf("%s done\n", prefix)
-			d.settle(o.ID, outcomeDone)
-		case errors.As(ack.Err(), &decodeErr):
-			d.printf("%s unreadable (%v): parked in %s\n", prefix, ack.Err(), d.queue+broker.ParkedSuffix)
-			d.settle(o.ID, "parked")
-		case ack.Outcome() == broker.OutcomeReject:
-			d.printf("%s failed for good (%v): giving up into %s\n", prefix, ack.Err(), dlq)
-			d.settle(o.ID, outcomeDeadLettered)
-		case ack.Outcome() == broker.OutcomeRetry && m.Attempt >= DemoRetryAttempts:
-			d.printf("%s failed (%v): out of attempts, giving up into %s\n", prefix, ack.Err(), dlq)
-			d.settle(o.ID, outcomeDeadLettered)
-		case ack.Outcome() == broker.OutcomeRetry:
-			d.printf("%s failed (%v): retrying in %s\n", prefix, ack.Err(), DemoRetryDelay)
-		default:
-			d.printf("%s %s\n", prefix, ack.Outcome())
-		}
-		return ack
+// ownLadder refuses a ladder that exists already, unless it is the demo's
+// default one: it may be another process's, and the demo deletes its
+// ladder when it ends.
+func ownLadder(ctx context.Context, conn *broker.Conn, ladder string) error {
+	_, err := conn.Transport().Inspect(ctx, ladder+broker.DueSuffix)
+	switch {
+	case transport.IsCode(err, transport.NotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("demo: look at ladder %s: %w", ladder, err)
+	case ladder == DefaultDemoLadder:
+		return nil
 	}
+	return fmt.Errorf("demo: ladder %s exists already and may be another process's; the demo deletes the ladder it runs on, so give it one of its own (default %s)",
+		ladder, DefaultDemoLadder)
 }
 
-// settle records an order's final outcome; the first time every order has
-// one, it closes done.
-func (d *demo) settle(order int, outcome string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	before := len(d.outcomes)
-	d.outcomes[order] = outcome
-	if before < len(demoOrders) && len(d.outcomes) == len(demoOrders) {
-		close(d.done)
-	}
-}
-
-func (d *demo) unsettled() []int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var ids []int
-	for _, o := range demoOrders {
-		if _, ok := d.outcomes[o.ID]; !ok {
-			ids = append(ids, o.ID)
+// deleteFlow deletes the flow's queues (with their .dlq and .parked) and
+// its exchange.
+func deleteFlow(ctx context.Context, conn *broker.Conn, info engine.FlowInfo) error {
+	queues := []string{info.CompensateQueue}
+	for _, s := range info.Steps {
+		queues = append(queues, s.Queue)
+		if s.Compensation != "" {
+			queues = append(queues, s.Compensation)
 		}
 	}
-	return ids
-}
-
-func (d *demo) count(outcome string) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := 0
-	for _, o := range d.outcomes {
-		if o == outcome {
-			n++
-		}
-	}
-	return n
-}
-
-func (d *demo) elapsed() string {
-	return fmt.Sprintf("%5.1fs", time.Since(d.start).Seconds())
-}
-
-// readDeadLetters takes every message out of the .dlq and shows why each
-// was given up.
-func (d *demo) readDeadLetters(ctx context.Context) error {
-	dlq := d.queue + broker.DeadLetterSuffix
-	var found []string
-	for {
-		m, err := d.conn.Transport().Get(ctx, dlq)
-		if err != nil {
-			return fmt.Errorf("demo: read %s: %w", dlq, err)
-		}
-		if m == nil {
-			break
-		}
-		if err := m.Ack(); err != nil {
-			return fmt.Errorf("demo: acknowledge a message from %s: %w", dlq, err)
-		}
-		what := "message " + m.MessageID
-		if o, ok := d.byMessage[m.MessageID]; ok {
-			what = fmt.Sprintf("order %d", o.ID)
-		} else {
-			var o demoOrder
-			if json.Unmarshal(m.Body, &o) == nil && o.ID != 0 {
-				what = fmt.Sprintf("order %d (from an earlier run)", o.ID)
+	var errs []error
+	for _, q := range queues {
+		for _, name := range []string{q, q + broker.DeadLetterSuffix, q + broker.ParkedSuffix} {
+			if _, err := conn.Transport().DeleteQueue(ctx, name); err != nil {
+				errs = append(errs, fmt.Errorf("delete queue %s: %w", name, err))
 			}
 		}
-		found = append(found, what)
-		d.printf("%s holds %s: %s=%q, %s=%q\n", dlq, what,
-			broker.HeaderError, header(m.Headers, broker.HeaderError), broker.HeaderQueue, header(m.Headers, broker.HeaderQueue))
 	}
-	if len(found) == 0 {
-		d.printf("%s is empty\n", dlq)
-	}
-	return nil
-}
-
-// header is a header's value as text ("" when it is missing).
-func header(h broker.Table, name string) string {
-	v, ok := h[name]
-	if !ok {
-		return ""
-	}
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return fmt.Sprint(v)
-}
-
-// deleteQueues deletes the demo's queue with its .dlq and .parked.
-func (d *demo) deleteQueues(ctx context.Context) error {
-	var errs []error
-	for _, q := range []string{d.queue, d.queue + broker.DeadLetterSuffix, d.queue + broker.ParkedSuffix} {
-		if _, err := d.conn.Transport().DeleteQueue(ctx, q); err != nil {
-			errs = append(errs, fmt.Errorf("delete queue %s: %w", q, err))
-		}
+	if err := conn.Transport().DeleteExchange(ctx, info.Exchange); err != nil {
+		errs = append(errs, fmt.Errorf("delete exchange %s: %w", info.Exchange, err))
 	}
 	return errors.Join(errs...)
 }
 
-// printer writes to the demo's output from the handler and the caller
-// alike, and keeps the first write error.
+// deleteLadder deletes the demo's ladder, with the timer of the run it
+// held for replay, through a connection of its own.
+func deleteLadder(ctx context.Context, cfg broker.Config, brokerURL string) error {
+	conn, err := cfg.Open(ctx, brokerURL)
+	if err != nil {
+		return fmt.Errorf("demo: delete ladder %s: %w", cfg.Ladder, err)
+	}
+	var errs []error
+	topo := broker.LadderTopology(cfg.Ladder)
+	for _, q := range topo.Queues {
+		if _, err := conn.Transport().DeleteQueue(ctx, q.Name); err != nil {
+			errs = append(errs, fmt.Errorf("delete queue %s: %w", q.Name, err))
+		}
+	}
+	for _, e := range topo.Exchanges {
+		if err := conn.Transport().DeleteExchange(ctx, e.Name); err != nil {
+			errs = append(errs, fmt.Errorf("delete exchange %s: %w", e.Name, err))
+		}
+	}
+	errs = append(errs, conn.Close(ctx))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("demo: delete ladder %s: %w", cfg.Ladder, err)
+	}
+	return nil
+}
+
+// demo is one demo's state, while it prints.
+type demo struct {
+	eng  *engine.Engine
+	j    *watchedJournal
+	info engine.FlowInfo
+	out  *printer
+}
+
+func (d *demo) printf(format string, args ...any) { d.out.printf(format, args...) }
+
+// outline is the flow's steps on one line.
+func (d *demo) outline() string {
+	var parts []string
+	for _, s := range d.info.Steps {
+		if s.DelayUntil != "" {
+			parts = append(parts, "(wait until "+s.DelayUntil+")")
+		}
+		p := s.Name
+		if s.When != "" {
+			p += " (when " + s.When + ")"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, " → ")
+}
+
+// follow waits for a run to end, printing its timeline; a run to
+// compensate is compensated once it has failed. It says how the run ended.
+func (d *demo) follow(ctx context.Context, n int, r demoRun, runID string) (journal.Status, error) {
+	o := r.order
+	d.printf("\nrun %d: %s\n", n, r.title)
+	what := fmt.Sprintf("%d x %s", o.Quantity, o.Item)
+	if !o.Digital {
+		what += " to " + o.Address
+	}
+	d.printf("  order %s: %s, %s, card %s; run id %s\n", o.ID, o.Customer, what, o.Card, runID)
+	run, err := d.j.wait(ctx, runID, d.ended)
+	if err != nil {
+		return "", fmt.Errorf("demo: run %d (%s) did not end: %w", n, runID, err)
+	}
+	shown, err := d.timeline(ctx, runID, 0)
+	if err != nil {
+		return "", err
+	}
+	if r.compensate && run.Status == journal.Failed {
+		held := ""
+		if run.DueAt != nil {
+			held = fmt.Sprintf(", held for a replay until %s, then compensated", clock(*run.DueAt))
+		}
+		d.printf("  the run is failed%s; an operator replays it or compensates it now, as the demo does:\n", held)
+		d.printf("    $ acemq-flow compensate %s\n", runID)
+		moved, err := d.eng.Compensate(ctx, runID)
+		if err != nil {
+			return "", fmt.Errorf("demo: compensate run %d: %w", n, err)
+		}
+		d.printf("    its message moved from %s to %s, where a worker starts the compensations\n", moved.From, moved.To)
+		run, err = d.j.wait(ctx, runID, func(r journal.Run, tl []journal.Event) bool {
+			return r.Status != journal.Failed && d.ended(r, tl) && slices.ContainsFunc(tl, func(e journal.Event) bool {
+				return e.Kind == journal.KindCompensation && e.Step == ""
+			})
+		})
+		if err != nil {
+			return "", fmt.Errorf("demo: run %d (%s) was not compensated: %w", n, runID, err)
+		}
+		if _, err := d.timeline(ctx, runID, shown); err != nil {
+			return "", err
+		}
+	}
+	took := ""
+	if run.EndedAt != nil {
+		took = fmt.Sprintf(" after %s", seconds(run.EndedAt.Sub(run.StartedAt)))
+	}
+	d.printf("  → %s%s\n", run.Status, took)
+	if run.Status != r.want {
+		return run.Status, fmt.Errorf("demo: run %d (%s) ended %s, want %s: %s", n, runID, run.Status, r.want, run.Error)
+	}
+	return run.Status, nil
+}
+
+// ended reports whether a run has stopped and its timeline is all in the
+// journal. The journal may hear what ended a run before other events the
+// engine recorded earlier or with it (the run's start, the steps a
+// completed run skipped), so the timeline must have its start and, for a
+// completed run, account for every step.
+func (d *demo) ended(r journal.Run, tl []journal.Event) bool {
+	if !r.Status.Stopped() || !slices.ContainsFunc(tl, func(e journal.Event) bool { return e.Kind == journal.KindStart }) {
+		return false
+	}
+	if r.Status != journal.Completed {
+		return true
+	}
+	for _, s := range d.info.Steps {
+		if !slices.ContainsFunc(tl, func(e journal.Event) bool {
+			return e.Step == s.Name && (e.Kind == journal.KindSkip || e.Kind == journal.KindStep && e.Outcome == "completed")
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// timeline prints the run's timeline from its from-th event on, and says
+// how many events it has.
+func (d *demo) timeline(ctx context.Context, runID string, from int) (int, error) {
+	tl, err := d.j.Timeline(ctx, runID)
+	if err != nil {
+		return 0, fmt.Errorf("demo: timeline of %s: %w", runID, err)
+	}
+	if len(tl) == 0 {
+		return 0, nil
+	}
+	start := tl[0].StartedAt
+	for _, e := range tl[from:] {
+		label, text := d.describe(e)
+		d.printf("    %7s  %-10s %s\n", "+"+seconds(e.EndedAt.Sub(start)), label, text)
+	}
+	return len(tl), nil
+}
+
+// describe says what an event of the timeline was, for a person: a label
+// (the step) and what happened.
+func (d *demo) describe(e journal.Event) (string, string) {
+	errText := strings.TrimPrefix(e.Error, fmt.Sprintf("step %q: ", e.Step))
+	attempt := ""
+	if e.Attempt > 1 {
+		attempt = fmt.Sprintf(" on attempt %d", e.Attempt)
+	}
+	switch e.Kind {
+	case journal.KindStart:
+		return "start", "the run starts"
+	case journal.KindSkip:
+		return e.Step, "skipped: " + d.step(e.Step).When + " is false"
+	case journal.KindDelay:
+		until := "later"
+		if e.DueAt != nil {
+			until = clock(*e.DueAt)
+		}
+		return e.Step, fmt.Sprintf("waits on the scheduler ladder until %s (%s)", until, d.step(e.Step).DelayUntil)
+	case journal.KindHandOff:
+		return e.Step, "handed to the service that serves it"
+	case journal.KindReplay:
+		return e.Step, "replayed"
+	case journal.KindCompensation:
+		switch {
+		case e.Step == "":
+			return "compensate", strings.TrimPrefix(e.Outcome, "compensation ")
+		case e.Outcome == "compensated":
+			return e.Step, "compensated" + attempt + ": " + undoes[e.Step]
+		case e.Outcome == "retried":
+			return e.Step, fmt.Sprintf("compensation failed (attempt %d), retried: %s", e.Attempt, errText)
+		}
+		return e.Step, e.Outcome
+	case journal.KindStep:
+		switch e.Outcome {
+		case "completed":
+			return e.Step, "completed" + attempt
+		case "retried":
+			in := ""
+			if e.DueAt != nil {
+				in = " in " + e.DueAt.Sub(e.EndedAt).Round(100*time.Millisecond).String()
+			}
+			return e.Step, fmt.Sprintf("attempt %d failed, retried%s: %s", e.Attempt, in, errText)
+		case "failed":
+			return e.Step, fmt.Sprintf("attempt %d failed, given up: %s", e.Attempt, errText)
+		case "parked":
+			return e.Step, fmt.Sprintf("attempt %d: the message could not be read, parked: %s", e.Attempt, errText)
+		}
+	}
+	return e.Step, string(e.Kind) + " " + e.Outcome
+}
+
+// step is the flow's step called name.
+func (d *demo) step(name string) engine.StepInfo {
+	for _, s := range d.info.Steps {
+		if s.Name == name {
+			return s
+		}
+	}
+	return engine.StepInfo{Name: name}
+}
+
+func clock(t time.Time) string { return t.Local().Format("15:04:05") }
+
+func seconds(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
+
+// watchedJournal is an in-memory journal that says when something was
+// recorded, so that the demo waits for a run without polling.
+type watchedJournal struct {
+	*journal.Memory
+
+	mu      sync.Mutex
+	changed chan struct{}
+}
+
+func newWatchedJournal() (*watchedJournal, error) {
+	m, err := journal.NewMemory(0)
+	if err != nil {
+		return nil, err
+	}
+	return &watchedJournal{Memory: m, changed: make(chan struct{})}, nil
+}
+
+// Record records events and wakes whoever waits.
+func (w *watchedJournal) Record(ctx context.Context, events []journal.Event) error {
+	err := w.Memory.Record(ctx, events)
+	w.mu.Lock()
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+	return err
+}
+
+// wait waits until the run and its timeline are as done says, bounded by
+// ctx.
+func (w *watchedJournal) wait(ctx context.Context, runID string, done func(journal.Run, []journal.Event) bool) (journal.Run, error) {
+	for {
+		w.mu.Lock()
+		changed := w.changed
+		w.mu.Unlock()
+		r, err := w.Run(ctx, runID)
+		if err == nil {
+			var tl []journal.Event
+			if tl, err = w.Timeline(ctx, runID); err == nil && done(r, tl) {
+				return r, nil
+			}
+		}
+		if err != nil && !errors.Is(err, journal.ErrRunNotFound) {
+			return r, err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return r, fmt.Errorf("%w (status %q, error %q)", ctx.Err(), r.Status, r.Error)
+		}
+	}
+}
+
+// printer writes the demo's output and keeps the first write error.
 type printer struct {
-	mu  sync.Mutex
 	w   io.Writer
 	err error
 }
 
 func (p *printer) printf(format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.err != nil {
 		return
 	}
-	if _, err := fmt.Fprintf(p.w, format, args...); err != nil {
-		p.err = fmt.Errorf("demo: write output: %w", err)
-	}
+	_, p.err = fmt.Fprintf(p.w, format, args...)
 }
 
-// Err is the first write error, or nil.
-func (p *printer) Err() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
+// Err is the first write error, if any.
+func (p *printer) Err() error { return p.err }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -166,14 +167,27 @@ func (fx *fixture) wait(run string, want journal.Status, within time.Duration) j
 	return got
 }
 
-// timeline is the run's timeline, and as kind:step:outcome.
-func (fx *fixture) timeline(run string) ([]journal.Event, []string) {
+// timeline waits until the run's timeline, as kind:step:outcome, is want
+// (the journal may hear of a run's events out of order, its start after
+// its steps, for a moment), and returns it.
+func (fx *fixture) timeline(run string, want ...string) []journal.Event {
 	fx.t.Helper()
-	tl, err := fx.eng.Journal().Timeline(context.Background(), run)
-	require.NoError(fx.t, err)
-	out := make([]string, len(tl))
-	for i, e := range tl {
-		out[i] = fmt.Sprintf("%s:%s:%s", e.Kind, e.Step, e.Outcome)
+	var (
+		tl  []journal.Event
+		got []string
+	)
+	ok := assert.Eventually(fx.t, func() bool {
+		var err error
+		tl, err = fx.eng.Journal().Timeline(context.Background(), run)
+		require.NoError(fx.t, err)
+		got = make([]string, len(tl))
+		for i, e := range tl {
+			got[i] = fmt.Sprintf("%s:%s:%s", e.Kind, e.Step, e.Outcome)
+		}
+		return slices.Equal(got, want)
+	}, 10*time.Second, 20*time.Millisecond)
+	if !ok {
+		require.Equal(fx.t, want, got, "the timeline of run %s", run)
 	}
-	return tl, out
+	return tl
 }

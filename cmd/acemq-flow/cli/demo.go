@@ -1,36 +1,41 @@
 package cli
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/workflows"
 )
 
 func (a *app) demoCommand() *cobra.Command {
-	var (
-		url, ladder string
-		cfg         workflows.DemoConfig
-	)
+	var cfg workflows.DemoConfig
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Place a few orders and show what becomes of them: retries through the ladder, and a dead letter",
-		Long: "Place four orders on a queue and print what happens to each: two are handled at once,\n" +
-			"one fails twice and is handled on its third attempt (each retry travels the scheduler\n" +
-			"ladder), and one can never be placed and ends in the queue's .dlq, which the demo then\n" +
-			"reads back. The demo deletes its queues when it is done.",
+		Short: "Run four orders through the place-order flow and print each run's timeline",
+		Long: "Run four orders through the place-order flow, on its stand-in services, with a worker in\n" +
+			"this process, and print each run's timeline as the run journal recorded it: one\n" +
+			"completes; one is retried through the scheduler ladder and completes; one is given up\n" +
+			"after its card was charged and, instead of waiting ten minutes held for a replay, is\n" +
+			"compensated at once, as `acemq-flow compensate <run-id>` would do (the refund shows in\n" +
+			"its timeline); one waits on the ladder until its ship_at, then completes. It takes a few\n" +
+			"seconds.\n\n" +
+			"The flow runs as " + workflows.DefaultDemoFlow + ", so that the demo never touches the queues of a\n" +
+			"worker running place-order, on a scheduler ladder of the demo's own, and its journal is in\n" +
+			"memory whatever --database-url says. The demo deletes the flow's queues and exchange, and\n" +
+			"its ladder, when it ends.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			conn, err := a.open(cmd, url, ladder)
-			if err != nil {
-				return err
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.URL == "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "using the embedded in-process broker (set ACEMQ_URL to use RabbitMQ)")
 			}
-			defer closeConn(cmd.Context(), conn, &err)
-			return cfg.Run(cmd.Context(), conn, cmd.OutOrStdout())
+			cfg.Logger = a.logger(cmd)
+			return cfg.Run(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
-	addURLFlag(cmd, &url)
-	addLadderFlag(cmd.Flags(), &ladder)
-	cmd.Flags().StringVar(&cfg.Queue, "queue", workflows.DefaultDemoQueue, "the orders queue; the demo deletes it, with its .dlq and .parked, before and after it runs")
+	addURLFlag(cmd, &cfg.URL)
+	cmd.Flags().StringVar(&cfg.Ladder, "ladder", workflows.DefaultDemoLadder,
+		"the demo's own scheduler ladder, which it deletes when it ends: never one that workers use (it refuses acemq.schedule, and any other ladder that exists already but its default)")
 	cmd.Flags().DurationVar(&cfg.Timeout, "timeout", workflows.DefaultDemoTimeout, "how long the demo may take")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -185,3 +186,19 @@ func amqpPublishing(causedBy, correlation string, body []byte, headers amqp.Tabl
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// waitOutcomes waits until the run's timeline reads want: the events of a
+// step are recorded once its consumer settled it, which may be after the
+// step it sent the run to has recorded its own.
+func (fx *fixture) waitOutcomes(runID string, want []string) {
+	fx.t.Helper()
+	var got []string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if got = fx.outcomes(runID); slices.Equal(got, want) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(fx.t, want, got, "run %s's timeline", runID)
+}

@@ -67,7 +67,7 @@ func TestStartTx(t *testing.T) {
 		r := fx.waitStatus(committed.RunID, journal.Completed, 15*time.Second)
 		require.JSONEq(t, `{"id":"kept","amount":0,"digital":false,"Trail":null}`, string(r.Input), "the run's input is recorded by its first step")
 		require.Equal(t, 1, ef.get(committed.RunID, "charge"))
-		require.Equal(t, []string{"start::started (outbox)", "step:charge:completed"}, fx.outcomes(committed.RunID))
+		fx.waitOutcomes(committed.RunID, []string{"start::started (outbox)", "step:charge:completed"})
 
 		var left int
 		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{tables.Outbox}.Sanitize()).Scan(&left))

@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/acemq/acemq-flow/broker/transport"
 )
 
@@ -200,6 +203,7 @@ func (l *ladder) process(k *Consumer, d *transport.Delivery) {
 		err = l.conn.send(ctx, Outgoing{Exchange: exchange, RoutingKey: key, Mandatory: true, Message: out})
 		if err == nil {
 			l.delivered.Add(1)
+			l.conn.tel.lateness.Record(ctx, -remaining.Seconds(), metric.WithAttributes(attribute.String("ladder", l.name)))
 		} else if Refused(err) {
 			// The target refused it (nothing bound yet, a full queue, a
 			// missing exchange): try again a second later rather than

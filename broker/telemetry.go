@@ -34,12 +34,17 @@ const (
 )
 
 // processBuckets are the semantic conventions' suggested buckets for
-// messaging durations, in seconds.
-var processBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+// messaging durations, in seconds, continued past their 10 s to an hour:
+// a run that waited on the ladder, or a step retried a few times, takes
+// minutes, and a histogram whose every such sample falls in +Inf says
+// nothing about it.
+var processBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
+	30, 60, 300, 900, 3600}
 
-// DurationBuckets returns the OpenTelemetry messaging conventions' suggested
-// histogram buckets for durations, in seconds: the ones every acemq.*
-// duration histogram uses, so that they can be compared and summed.
+// DurationBuckets returns the histogram buckets, in seconds, every acemq.*
+// duration histogram uses, so that they can be compared and summed: the
+// OpenTelemetry messaging conventions' suggested ones, then 30 s, 1 min,
+// 5 min, 15 min and 1 h for runs and delays.
 func DurationBuckets() []float64 { return append([]float64(nil), processBuckets...) }
 
 type telemetry struct {
@@ -52,6 +57,7 @@ type telemetry struct {
 	consumed        metric.Int64Counter
 	processDuration metric.Float64Histogram
 	consumerEnded   metric.Int64Counter
+	lateness        metric.Float64Histogram
 
 	// ended holds the consumers that ended on their own, and why, for
 	// Conn.Health, until their owner cancels them.
@@ -78,15 +84,22 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry,
 	add(err)
 	t.publishTotal, err = m.Int64Counter("acemq.publish.total", metric.WithDescription("Publishes, by outcome."))
 	add(err)
-	t.sent, err = m.Int64Counter("messaging.client.sent.messages", metric.WithUnit("{message}"))
-	add(err)
-	t.consumed, err = m.Int64Counter("messaging.client.consumed.messages", metric.WithUnit("{message}"))
-	add(err)
-	t.processDuration, err = m.Float64Histogram("messaging.process.duration", metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(processBuckets...))
-	add(err)
 	t.consumerEnded, err = m.Int64Counter("acemq.consumer.ended",
 		metric.WithDescription("Consumers that ended on their own (not by Cancel or Close), by queue: nothing consumes that queue on this connection any more."))
+	add(err)
+	t.lateness, err = m.Float64Histogram("acemq.schedule.lateness", metric.WithUnit("s"),
+		metric.WithDescription("How late the ladder delivered a scheduled message (delivery time minus due time), by ladder."),
+		metric.WithExplicitBucketBoundaries(processBuckets...))
+	add(err)
+	t.sent, err = m.Int64Counter("messaging.client.sent.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages published, by destination."))
+	add(err)
+	t.consumed, err = m.Int64Counter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages consumed, by queue."))
+	add(err)
+	t.processDuration, err = m.Float64Histogram("messaging.process.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from delivery to settlement, by queue (the messaging conventions' name)."),
+		metric.WithExplicitBucketBoundaries(processBuckets...))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create instruments: %w", err)

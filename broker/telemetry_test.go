@@ -108,3 +108,42 @@ func sumOf(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValu
 	}
 	return total
 }
+
+// TestLadderLateness: the ladder records how late it delivered each
+// scheduled message, never a negative figure (a message is never early).
+func TestLadderLateness(t *testing.T) {
+	t.Parallel()
+	ctx := brokertest.Ctx(t)
+	reader := sdkmetric.NewManualReader()
+	conn, err := broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Logger: testenv.Logger(t)}.Open(ctx, "memory://")
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	require.NoError(t, conn.RunLadder(ctx))
+	got := make(chan struct{}, 1)
+	_, err = conn.Consume(ctx, "later", broker.Func(func(context.Context, *broker.Message) error { got <- struct{}{}; return nil }),
+		broker.WithRetry(broker.NoRetry()))
+	require.NoError(t, err)
+	out, err := conn.Prepare(ctx, "x", broker.To("later"))
+	require.NoError(t, err)
+	require.NoError(t, conn.Schedule(ctx, time.Now().Add(time.Second), out))
+	brokertest.Next(t, got, 5*time.Second)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	var found bool
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "acemq.schedule.lateness" {
+				continue
+			}
+			h := m.Data.(metricdata.Histogram[float64])
+			require.Len(t, h.DataPoints, 1)
+			dp := h.DataPoints[0]
+			require.Equal(t, uint64(1), dp.Count)
+			require.GreaterOrEqual(t, dp.Sum, 0.0, "never early")
+			require.Less(t, dp.Sum, 2.0, "at most about a rung late")
+			require.Equal(t, broker.DurationBuckets(), dp.Bounds)
+			found = true
+		}
+	}
+	require.True(t, found, "acemq.schedule.lateness recorded")
+}

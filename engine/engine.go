@@ -61,7 +61,17 @@ type Config struct {
 	// InProgressDelay is how long a step found running elsewhere waits
 	// before it is looked at again (0 = the connection's).
 	InProgressDelay time.Duration
+	// Housekeeping is how often a worker deletes, in small batches, what
+	// the journal and the store keep past their retention: runs that ended
+	// longer ago than the journal's Retention (persistence.SQLJournal) and
+	// expired idempotency keys (persistence.SQLIdempotencyStore). 0 = every
+	// 10 minutes; negative = never. It runs only for a journal or store
+	// that can.
+	Housekeeping time.Duration
 }
+
+// DefaultHousekeeping is how often a worker purges by default.
+const DefaultHousekeeping = 10 * time.Minute
 
 // Engine compiles and runs flows on one connection. Register flows, then
 // Start runs (from any process) and StartWorker (in the processes that work
@@ -107,6 +117,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.InProgressDelay == 0 {
 		cfg.InProgressDelay = cc.InProgressDelay
+	}
+	if cfg.Housekeeping == 0 {
+		cfg.Housekeeping = DefaultHousekeeping
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Conn.Logger()

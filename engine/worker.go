@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
@@ -20,6 +22,9 @@ type Worker struct {
 	e         *Engine
 	flows     []string
 	consumers []*broker.Consumer
+
+	stopHousekeeping context.CancelFunc
+	housekeeping     sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -64,7 +69,53 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 			return nil, err
 		}
 	}
+	w.startHousekeeping()
 	return w, nil
+}
+
+// journalPurger is a journal that deletes the runs it no longer keeps.
+type journalPurger interface {
+	Retention() time.Duration
+	PurgeEnded(ctx context.Context, olderThan time.Duration) (int64, error)
+}
+
+// storePurger is a store that deletes its expired keys.
+type storePurger interface {
+	PurgeExpired(ctx context.Context) (int64, error)
+}
+
+// startHousekeeping runs the purges the journal and store can do, every
+// Housekeeping, until Close.
+func (w *Worker) startHousekeeping() {
+	jp, _ := w.e.journal.(journalPurger)
+	sp, _ := w.e.store.(storePurger)
+	if jp != nil && jp.Retention() <= 0 {
+		jp = nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stopHousekeeping = cancel
+	if w.e.cfg.Housekeeping < 0 || (jp == nil && sp == nil) {
+		return
+	}
+	w.housekeeping.Go(func() {
+		tick := time.NewTicker(w.e.cfg.Housekeeping)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if jp != nil {
+				n, err := jp.PurgeEnded(ctx, jp.Retention())
+				w.e.log.Info("journal: runs past their retention purged", slog.Int64("runs", n), slog.Duration("retention", jp.Retention()), slog.Any("error", err))
+			}
+			if sp != nil {
+				n, err := sp.PurgeExpired(ctx)
+				w.e.log.Debug("idempotency: expired keys purged", slog.Int64("keys", n), slog.Any("error", err))
+			}
+		}
+	})
 }
 
 func (w *Worker) consume(ctx context.Context, f *flow) error {
@@ -170,6 +221,10 @@ func (w *Worker) Err() error {
 // Idempotent.
 func (w *Worker) Close(ctx context.Context) error {
 	w.closeOnce.Do(func() {
+		if w.stopHousekeeping != nil {
+			w.stopHousekeeping()
+			w.housekeeping.Wait()
+		}
 		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, w.e.cfg.CloseTimeout)

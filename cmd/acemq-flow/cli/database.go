@@ -127,9 +127,10 @@ func (d *database) close() {
 	}
 }
 
-// journal is the run journal on the database.
-func (d *database) journal() (journal.Journal, error) {
-	j, err := persistence.NewSQLJournal(d.pool, persistence.SQLJournalConfig{})
+// journal is the run journal on the database; a worker purges runs that
+// ended longer than retention ago (0: none).
+func (d *database) journal(retention time.Duration) (journal.Journal, error) {
+	j, err := persistence.NewSQLJournal(d.pool, persistence.SQLJournalConfig{Retention: retention})
 	if err != nil {
 		return nil, d.errorf("run journal: %w", err)
 	}
@@ -211,7 +212,7 @@ func (a *app) openJournal(cmd *cobra.Command) (journal.Journal, func(), error) {
 		}
 		return j, func() {}, nil
 	}
-	j, err := db.journal()
+	j, err := db.journal(0)
 	if err != nil {
 		db.close()
 		return nil, nil, err

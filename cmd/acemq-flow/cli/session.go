@@ -35,6 +35,9 @@ type sessionConfig struct {
 	// noDatabase is said on stderr when there is no database ("" = say
 	// nothing).
 	noDatabase string
+	// journalRetention is how long a worker keeps ended runs in the
+	// database's journal (0 = for ever).
+	journalRetention time.Duration
 }
 
 // session is an engine with the connection and database it runs on, for
@@ -70,7 +73,7 @@ func (a *app) openSession(cmd *cobra.Command, sc sessionConfig) (_ *session, err
 	cfg := engine.Config{Conn: s.conn, CloseTimeout: sc.closeTimeout}
 	if s.db != nil {
 		s.db.warnUnmigrated(cmd.Context(), s.conn.Logger())
-		if cfg.Journal, err = s.db.journal(); err != nil {
+		if cfg.Journal, err = s.db.journal(sc.journalRetention); err != nil {
 			return nil, err
 		}
 		s.shared = true

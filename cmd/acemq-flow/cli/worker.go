@@ -27,6 +27,7 @@ func (a *app) workerCommand() *cobra.Command {
 		bf           brokerFlags
 		flows        []string
 		closeTimeout time.Duration
+		retention    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -44,7 +45,11 @@ func (a *app) workerCommand() *cobra.Command {
 			if len(a.flows) == 0 {
 				return fmt.Errorf("worker: %w", ErrNoFlows)
 			}
-			s, err := a.openSession(cmd, sessionConfig{broker: bf, closeTimeout: closeTimeout, store: true, noDatabase: noDatabaseWorker})
+			if retention < 0 {
+				return fmt.Errorf("--journal-retention %s: want 0 (keep every run) or more", retention)
+			}
+			s, err := a.openSession(cmd, sessionConfig{broker: bf, closeTimeout: closeTimeout, store: true,
+				noDatabase: noDatabaseWorker, journalRetention: retention})
 			if err != nil {
 				return err
 			}
@@ -55,6 +60,8 @@ func (a *app) workerCommand() *cobra.Command {
 	bf.add(cmd)
 	cmd.Flags().StringSliceVar(&flows, "flows", nil, "flows to work, comma-separated (default: every flow of the binary)")
 	cmd.Flags().DurationVar(&closeTimeout, "close-timeout", broker.DefaultCloseTimeout, "how long the steps in flight get to finish after SIGINT or SIGTERM")
+	cmd.Flags().DurationVar(&retention, "journal-retention", 0,
+		"with a database: delete, in small batches every 10 minutes, runs that ended longer ago than this (e.g. 720h; 0 keeps every run)")
 	return cmd
 }
 

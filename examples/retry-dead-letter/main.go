@@ -73,7 +73,8 @@ func run(ctx context.Context) (err error) {
 		}
 		return fmt.Errorf("book invoice: %w", errUnavailable)
 	})
-	policy := broker.Exponential(attempts, 200*time.Millisecond)
+	// One second is the shortest delay the ladder can honour.
+	policy := broker.Exponential(attempts, time.Second)
 	consumer, err := conn.Consume(ctx, queue, handler, broker.WithRetry(policy))
 	if err != nil {
 		return err
@@ -92,7 +93,7 @@ func run(ctx context.Context) (err error) {
 	if err := conn.Publish(ctx, invoice, broker.To(queue), broker.Type("invoice.issued.v1"), broker.Mandatory()); err != nil {
 		return err
 	}
-	fmt.Printf("published invoice %s; retry policy: %d attempts, 200ms doubling\n", invoice.Number, attempts)
+	fmt.Printf("published invoice %s; retry policy: %s\n", invoice.Number, policy)
 	for range attempts {
 		select {
 		case attempt := <-tried:

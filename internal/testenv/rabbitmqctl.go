@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -90,4 +91,36 @@ length([rabbit_networking:close_connection(P, "test") || P <- rabbit_networking:
 		tb.Fatalf("rabbitmqctl eval (close connections) printed %q", out)
 	}
 	return n
+}
+
+// VHost creates a RabbitMQ virtual host of the test's own, lets guest use
+// it, and returns the RabbitMQ test URL pointing at it; the virtual host,
+// with everything in it, is deleted when the test ends. For a test that
+// must use fixed names (a shipped flow's exchange and queues) on a broker
+// other tests share.
+func VHost(tb testing.TB) string {
+	tb.Helper()
+	raw := RabbitURL(tb)
+	u, err := url.Parse(raw)
+	if err != nil {
+		tb.Fatalf("ACEMQ_TEST_URL: %v", err)
+	}
+	name := Name(tb, "vhost")
+	ctl := func(args ...string) {
+		tb.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput(); err != nil {
+			tb.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	ctl("add_vhost", name)
+	tb.Cleanup(func() { ctl("delete_vhost", name) })
+	user := "guest"
+	if u.User != nil {
+		user = u.User.Username()
+	}
+	ctl("set_permissions", "-p", name, user, ".*", ".*", ".*")
+	u.Path = "/" + name
+	return u.String()
 }

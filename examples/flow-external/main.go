@@ -248,9 +248,15 @@ func integer(v any) (int, bool) {
 	switch n := v.(type) {
 	case int8:
 		return int(n), true
+	case uint8:
+		return int(n), true
 	case int16:
 		return int(n), true
+	case uint16:
+		return int(n), true
 	case int32:
+		return int(n), true
+	case uint32:
 		return int(n), true
 	case int64:
 		return int(n), true

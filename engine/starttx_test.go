@@ -26,21 +26,7 @@ import (
 func TestStartTx(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
 		ctx := brokertest.Ctx(t)
-		db, err := pgxpool.New(ctx, testenv.DatabaseURL(t))
-		require.NoError(t, err)
-		t.Cleanup(db.Close)
-		var b [5]byte
-		_, _ = rand.Read(b[:])
-		outboxTable := "acemq_t" + hex.EncodeToString(b[:]) + "_outbox"
-		tables := persistence.Tables{Outbox: outboxTable, Migrations: outboxTable + "_migrations",
-			Idempotency: outboxTable + "_idem", Schemas: outboxTable + "_schemas", SchemaCounter: outboxTable + "_ids",
-			Runs: outboxTable + "_runs", RunEvents: outboxTable + "_events"}
-		require.NoError(t, persistence.MigrateTables(ctx, db, tables))
-		t.Cleanup(func() {
-			for _, n := range []string{tables.Outbox, tables.Migrations, tables.Idempotency, tables.Schemas, tables.SchemaCounter, tables.Runs, tables.RunEvents} {
-				_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize())
-			}
-		})
+		db, tables := testDatabase(t)
 		store, err := persistence.NewSQLOutboxStore(db, persistence.SQLOutboxStoreConfig{Tables: tables})
 		require.NoError(t, err)
 
@@ -78,4 +64,26 @@ func TestStartTx(t *testing.T) {
 		_, err = engine.StartTx(ctx, fx.eng, store, persistence.DB(nil), fx.name, "not an order")
 		require.ErrorIs(t, err, engine.ErrInvalidPayload)
 	})
+}
+
+// testDatabase is a pool on the test database and tables of the test's
+// own, migrated, dropped when the test ends.
+func testDatabase(t *testing.T) (*pgxpool.Pool, persistence.Tables) {
+	t.Helper()
+	ctx := brokertest.Ctx(t)
+	db, err := pgxpool.New(ctx, testenv.DatabaseURL(t))
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	p := "acemq_t" + hex.EncodeToString(b[:]) + "_"
+	tables := persistence.Tables{Outbox: p + "outbox", Migrations: p + "migrations", Idempotency: p + "idem",
+		Schemas: p + "schemas", SchemaCounter: p + "ids", Runs: p + "runs", RunEvents: p + "events"}
+	require.NoError(t, persistence.MigrateTables(ctx, db, tables))
+	t.Cleanup(func() {
+		for _, n := range []string{tables.Outbox, tables.Migrations, tables.Idempotency, tables.Schemas, tables.SchemaCounter, tables.Runs, tables.RunEvents} {
+			_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize())
+		}
+	})
+	return db, tables
 }

@@ -72,9 +72,6 @@ func Saga[T any](name string, parts ...*SagaPart[T]) func(context.Context, T) (T
 		switch {
 		case res.Complete():
 			return run.v, nil
-		case res.FailedAt() == "":
-			// Built wrongly: no run of it can do better.
-			return zero, broker.Fatal(res.Failure())
 		case res.HasUnresolved():
 			return zero, broker.Fatal(res.Err())
 		default:

@@ -174,6 +174,11 @@ func (c DemoConfig) Run(ctx context.Context, out io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), demoCleanupTimeout)
+		defer ccancel()
+		err = errors.Join(err, eng.Close(cctx))
+	}()
 	if err := eng.Register(NewPlaceOrder(c.Flow, NewStandIns().Services())); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -187,7 +192,7 @@ func (c DemoConfig) Run(ctx context.Context, out io.Writer) (err error) {
 	defer func() {
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), demoCleanupTimeout)
 		defer ccancel()
-		err = errors.Join(err, eng.Close(cctx), deleteFlow(cctx, conn, info))
+		err = errors.Join(err, deleteFlow(cctx, conn, info))
 	}()
 	w, err := eng.StartWorker(ctx)
 	if err != nil {

@@ -57,8 +57,13 @@ func TestSagaStepInAFlow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, parcel{ID: "retried", Trail: []string{"reserve-stock", "book-courier"}}, brokertest.Next(t, shipped, 10*time.Second))
 	waitStatus(t, eng, ok.RunID, journal.Completed)
-	tl, err := eng.Journal().Timeline(context.Background(), ok.RunID)
-	require.NoError(t, err)
+	var tl []journal.Event
+	require.Eventually(t, func() bool {
+		// The run's start may reach the journal after its steps.
+		tl, err = eng.Journal().Timeline(context.Background(), ok.RunID)
+		require.NoError(t, err)
+		return len(tl) == 4
+	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"start::started", "step:reserve:retried", "step:reserve:completed", "step:ship:completed"}, outcomes(tl))
 	require.Contains(t, tl[1].Error, `saga reserve failed at "book-courier": courier busy; undone: reserve-stock`)
 

@@ -59,7 +59,7 @@ func TestSagaStepInAFlow(t *testing.T) {
 	waitStatus(t, eng, ok.RunID, journal.Completed)
 	var tl []journal.Event
 	require.Eventually(t, func() bool {
-		// The run's start may reach the journal after its steps.
+		// A step's record may reach the journal after the next step's.
 		tl, err = eng.Journal().Timeline(context.Background(), ok.RunID)
 		require.NoError(t, err)
 		return len(tl) == 4

@@ -399,11 +399,11 @@ func (d *demo) follow(ctx context.Context, n int, r demoRun, runID string) (jour
 
 // ended reports whether a run has stopped and its timeline is all in the
 // journal. The journal may hear what ended a run before other events the
-// engine recorded earlier or with it (the run's start, the steps a
-// completed run skipped), so the timeline must have its start and, for a
-// completed run, account for every step.
+// engine recorded with it or just before it (the steps a completed run
+// skipped, the step before its last), so a completed run's timeline must
+// account for every step.
 func (d *demo) ended(r journal.Run, tl []journal.Event) bool {
-	if !r.Status.Stopped() || !slices.ContainsFunc(tl, func(e journal.Event) bool { return e.Kind == journal.KindStart }) {
+	if !r.Status.Stopped() {
 		return false
 	}
 	if r.Status != journal.Completed {

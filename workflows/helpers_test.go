@@ -168,8 +168,8 @@ func (fx *fixture) wait(run string, want journal.Status, within time.Duration) j
 }
 
 // timeline waits until the run's timeline, as kind:step:outcome, is want
-// (the journal may hear of a run's events out of order, its start after
-// its steps, for a moment), and returns it.
+// (the journal may hear of a step after the step that followed it, for a
+// moment), and returns it.
 func (fx *fixture) timeline(run string, want ...string) []journal.Event {
 	fx.t.Helper()
 	var (

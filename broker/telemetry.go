@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acemq/acemq-flow/broker/transport"
+	"github.com/acemq/acemq-flow/internal/attrcache"
 )
 
 // instrumentation is the name metrics and spans are reported under.
@@ -59,6 +60,11 @@ type telemetry struct {
 	consumerEnded   metric.Int64Counter
 	lateness        metric.Float64Histogram
 
+	// Attribute sets, kept rather than built per message.
+	byQueueOutcome    *attrcache.Cache
+	byOutcomeExchange *attrcache.Cache
+	semconv           *attrcache.Cache
+
 	// ended holds the consumers that ended on their own, and why, for
 	// Conn.Health, until their owner cancels them.
 	endedMu sync.Mutex
@@ -73,7 +79,11 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry,
 		tp = otel.GetTracerProvider()
 	}
 	m := mp.Meter(instrumentation)
-	t := &telemetry{tracer: tp.Tracer(instrumentation), ended: map[*Consumer]error{}}
+	t := &telemetry{tracer: tp.Tracer(instrumentation), ended: map[*Consumer]error{},
+		byQueueOutcome:    attrcache.New("queue", "outcome"),
+		byOutcomeExchange: attrcache.New("outcome", "exchange"),
+		semconv:           attrcache.New("messaging.system", "messaging.operation.name", "messaging.destination.name"),
+	}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -118,16 +128,18 @@ func exchangeName(e string) string {
 // copy of out's headers; the returned func records the outcome.
 func (t *telemetry) startPublish(ctx context.Context, out *Outgoing) (context.Context, func(error)) {
 	ex := exchangeName(out.Exchange)
-	ctx, span := t.tracer.Start(ctx, "publish "+ex+":"+out.RoutingKey,
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(
+	ctx, span := t.tracer.Start(ctx, "publish "+ex+":"+out.RoutingKey, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		// Built only for a span that keeps them: per message, they cost.
+		span.SetAttributes(
 			attribute.String("messaging.system", "rabbitmq"),
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", ex),
 			attribute.String("messaging.rabbitmq.destination.routing_key", out.RoutingKey),
 			attribute.String("messaging.message.id", out.Message.MessageID),
 			attribute.String("messaging.message.conversation_id", out.Message.CorrelationID),
-		))
+		)
+	}
 	if span.SpanContext().IsValid() {
 		h := out.Message.Headers.Clone()
 		if h == nil {
@@ -143,12 +155,8 @@ func (t *telemetry) startPublish(ctx context.Context, out *Outgoing) (context.Co
 			span.SetStatus(codes.Error, err.Error())
 			span.SetAttributes(attribute.String("error.type", outcome))
 		}
-		attrs := metric.WithAttributes(attribute.String("outcome", outcome), attribute.String("exchange", ex))
-		t.publishTotal.Add(ctx, 1, attrs)
-		t.sent.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("messaging.system", "rabbitmq"),
-			attribute.String("messaging.operation.name", "publish"),
-			attribute.String("messaging.destination.name", ex)))
+		t.publishTotal.Add(ctx, 1, t.byOutcomeExchange.Option(outcome, ex))
+		t.sent.Add(ctx, 1, t.semconv.Option("rabbitmq", "publish", ex))
 		span.End()
 	}
 }
@@ -173,16 +181,7 @@ func publishFailure(err error) string {
 // so no trace spans hours of retries.
 func (t *telemetry) startProcess(ctx context.Context, queue string, m *Message, headers Table) (context.Context, trace.Span) {
 	remote := t.prop.Extract(context.Background(), tableCarrier(headers))
-	attrs := trace.WithAttributes(
-		attribute.String("messaging.system", "rabbitmq"),
-		attribute.String("messaging.operation.type", "process"),
-		attribute.String("messaging.destination.name", queue),
-		attribute.String("messaging.rabbitmq.destination.routing_key", m.RoutingKey),
-		attribute.String("messaging.message.id", m.ID),
-		attribute.String("messaging.message.conversation_id", m.CorrelationID),
-		attribute.Int("acemq.attempt", m.Attempt),
-	)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), attrs}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 	if sc := trace.SpanContextFromContext(remote); sc.IsValid() {
 		if m.Attempt > 1 {
 			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: sc}))
@@ -190,18 +189,27 @@ func (t *telemetry) startProcess(ctx context.Context, queue string, m *Message, 
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	return t.tracer.Start(ctx, "process "+queue, opts...)
+	ctx, span := t.tracer.Start(ctx, "process "+queue, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "rabbitmq"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", queue),
+			attribute.String("messaging.rabbitmq.destination.routing_key", m.RoutingKey),
+			attribute.String("messaging.message.id", m.ID),
+			attribute.String("messaging.message.conversation_id", m.CorrelationID),
+			attribute.Int("acemq.attempt", m.Attempt),
+		)
+	}
+	return ctx, span
 }
 
 // settled records a delivery's outcome on the consume metrics.
 func (t *telemetry) settled(ctx context.Context, queue, outcome string, took time.Duration) {
-	attrs := metric.WithAttributes(attribute.String("queue", queue), attribute.String("outcome", outcome))
+	attrs := t.byQueueOutcome.Option(queue, outcome)
 	t.consumeTotal.Add(ctx, 1, attrs)
 	t.consumeDuration.Record(ctx, took.Seconds(), attrs)
-	semconv := metric.WithAttributes(
-		attribute.String("messaging.system", "rabbitmq"),
-		attribute.String("messaging.operation.name", "process"),
-		attribute.String("messaging.destination.name", queue))
+	semconv := t.semconv.Option("rabbitmq", "process", queue)
 	t.consumed.Add(ctx, 1, semconv)
 	t.processDuration.Record(ctx, took.Seconds(), semconv)
 }

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/attrcache"
 )
 
 // Outcomes of a run leaving its flow, on acemq.pipeline.run.total: the
@@ -29,6 +29,13 @@ type metrics struct {
 	stepsActive  metric.Int64UpDownCounter
 	runsStarted  metric.Int64Counter
 	compensation metric.Int64Counter
+
+	// Attribute sets, kept rather than built per step.
+	byRun         *attrcache.Cache
+	byPipeline    *attrcache.Cache
+	byFlowStepOut *attrcache.Cache
+	byFlowStep    *attrcache.Cache
+	byFlow        *attrcache.Cache
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -36,7 +43,13 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	buckets := metric.WithExplicitBucketBoundaries(broker.DurationBuckets()...)
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
-	var out metrics
+	out := metrics{
+		byRun:         attrcache.New("pipeline", "step", "outcome"),
+		byPipeline:    attrcache.New("pipeline"),
+		byFlowStepOut: attrcache.New("flow", "step", "outcome"),
+		byFlowStep:    attrcache.New("flow", "step"),
+		byFlow:        attrcache.New("flow"),
+	}
 	var err error
 	out.runTotal, err = m.Int64Counter("acemq.pipeline.run.total",
 		metric.WithDescription("Runs that left their flow, by flow (pipeline), the step they left at and outcome."))
@@ -63,25 +76,22 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 }
 
 func (m *metrics) left(ctx context.Context, flow, step, outcome string, age time.Duration) {
-	m.runTotal.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("pipeline", flow), attribute.String("step", step), attribute.String("outcome", outcome)))
-	m.runDuration.Record(ctx, age.Seconds(), metric.WithAttributes(attribute.String("pipeline", flow)))
+	m.runTotal.Add(ctx, 1, m.byRun.Option(flow, step, outcome))
+	m.runDuration.Record(ctx, age.Seconds(), m.byPipeline.Option(flow))
 }
 
 func (m *metrics) step(ctx context.Context, flow, step, outcome string, took time.Duration) {
-	m.stepDuration.Record(ctx, took.Seconds(), metric.WithAttributes(
-		attribute.String("flow", flow), attribute.String("step", step), attribute.String("outcome", outcome)))
+	m.stepDuration.Record(ctx, took.Seconds(), m.byFlowStepOut.Option(flow, step, outcome))
 }
 
 func (m *metrics) active(ctx context.Context, flow, step string, n int64) {
-	m.stepsActive.Add(ctx, n, metric.WithAttributes(attribute.String("flow", flow), attribute.String("step", step)))
+	m.stepsActive.Add(ctx, n, m.byFlowStep.Option(flow, step))
 }
 
 func (m *metrics) started(ctx context.Context, flow string) {
-	m.runsStarted.Add(ctx, 1, metric.WithAttributes(attribute.String("flow", flow)))
+	m.runsStarted.Add(ctx, 1, m.byFlow.Option(flow))
 }
 
 func (m *metrics) compensated(ctx context.Context, flow, step, outcome string) {
-	m.compensation.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("flow", flow), attribute.String("step", step), attribute.String("outcome", outcome)))
+	m.compensation.Add(ctx, 1, m.byFlowStepOut.Option(flow, step, outcome))
 }

@@ -12,7 +12,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
@@ -39,6 +38,8 @@ type stepRunner struct {
 	spec   dsl.StepSpec
 	policy broker.RetryPolicy
 	queue  string
+	// spanName is the step's span's name, "step <flow>/<step>".
+	spanName string
 	// attempts hands the handler's decision to the settle hook.
 	attempts sync.Map // *broker.Message -> *attempt
 }
@@ -61,7 +62,7 @@ type attempt struct {
 
 func newStepRunner(e *Engine, f *flow, i int) *stepRunner {
 	s := f.steps[i]
-	return &stepRunner{e: e, f: f, spec: s, policy: f.retry[i], queue: f.queue(s.Name)}
+	return &stepRunner{e: e, f: f, spec: s, policy: f.retry[i], queue: f.queue(s.Name), spanName: "step " + f.name + "/" + s.Name}
 }
 
 // handle is the step's broker.Handler.
@@ -102,10 +103,12 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 
 // run runs the step holding its key, and passes what it produced on.
 func (r *stepRunner) run(ctx context.Context, m *broker.Message, key string, a *attempt, slip *patterns.RoutingSlip, st runState) broker.Ack {
-	ctx, span := r.e.tracer.Start(ctx, "step "+r.f.name+"/"+r.spec.Name, trace.WithAttributes(
-		attribute.String("acemq.flow", r.f.name), attribute.String("acemq.step", r.spec.Name),
-		attribute.String("acemq.run_id", m.RunID), attribute.Int("acemq.attempt", m.Attempt)))
+	ctx, span := r.e.tracer.Start(ctx, r.spanName)
 	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("acemq.flow", r.f.name), attribute.String("acemq.step", r.spec.Name),
+			attribute.String("acemq.run_id", m.RunID), attribute.Int("acemq.attempt", m.Attempt))
+	}
 	out, err := r.call(ctx, m)
 	switch {
 	case errors.Is(err, dsl.End):

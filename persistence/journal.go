@@ -193,7 +193,6 @@ func newJournalBatch(events []journal.Event) (journalBatch, error) {
 	return b, nil
 }
 
-
 // args are the record statement's parameters: one array per column, of
 // the runs ($1-$15) and of the timeline entries ($16-$31).
 func (b journalBatch) args() []any {

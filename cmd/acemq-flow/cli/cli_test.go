@@ -253,13 +253,3 @@ func TestBadURLsAreErrorsWithoutThePassword(t *testing.T) {
 	require.NotContains(t, r.stderr, "s3cret-pw")
 }
 
-func TestDemoOnTheEmbeddedBroker(t *testing.T) {
-	t.Parallel()
-	r := execute(t, nil, "demo", "--queue", "cli-test.orders")
-	require.Zero(t, r.code, r.stderr)
-	require.Contains(t, r.stderr, "using the embedded in-process broker (set ACEMQ_URL to use RabbitMQ)")
-	require.Contains(t, r.stdout, "order 1, attempt 1: done")
-	require.Contains(t, r.stdout, "order 2, attempt 3: done")
-	require.Contains(t, r.stdout, `cli-test.orders.dlq holds order 3: x-acemq-error="fatal: order 3: quantity must be at least 1, got 0"`)
-	require.Contains(t, r.stdout, "summary: 3 orders done, 1 dead-lettered")
-}

@@ -252,4 +252,3 @@ func TestBadURLsAreErrorsWithoutThePassword(t *testing.T) {
 	require.Contains(t, r.stderr, "acemq-flow: connect:")
 	require.NotContains(t, r.stderr, "s3cret-pw")
 }
-

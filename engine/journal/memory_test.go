@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,4 +128,46 @@ func TestWriterSetsInvalidEventsAside(t *testing.T) {
 		require.NoError(t, err, id)
 	}
 	require.NoError(t, w.Close(ctx))
+}
+
+// batches records the size of every batch it is handed.
+type batches struct {
+	*journal.Memory
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (b *batches) Record(ctx context.Context, events []journal.Event) error {
+	b.mu.Lock()
+	b.sizes = append(b.sizes, len(events))
+	b.mu.Unlock()
+	return b.Memory.Record(ctx, events)
+}
+
+// TestWriterKeepsARecordTogether: the events of one Record are written in
+// one batch, so a reader never sees some of them without the others.
+func TestWriterKeepsARecordTogether(t *testing.T) {
+	t.Parallel()
+	mem, err := journal.NewMemory(0)
+	require.NoError(t, err)
+	j := &batches{Memory: mem}
+	w, err := journal.NewWriter(j, journal.WriterConfig{MaxBatch: 4})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 50 {
+		run := fmt.Sprint(i)
+		require.NoError(t, w.Record(ctx,
+			journal.Event{RunID: run, Key: "a", Kind: journal.KindStep},
+			journal.Event{RunID: run, Key: "b", Kind: journal.KindSkip},
+			journal.Event{RunID: run, Key: "c", Kind: journal.KindDelay}))
+	}
+	require.NoError(t, w.Close(ctx))
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	total := 0
+	for _, n := range j.sizes {
+		require.Zero(t, n%3, "a batch of %d splits a Record of 3", n)
+		total += n
+	}
+	require.Equal(t, 150, total)
 }

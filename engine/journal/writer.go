@@ -20,8 +20,9 @@ var ErrWriterClosed = errors.New("journal writer closed")
 
 // WriterConfig configures a Writer; the zero value is the defaults.
 type WriterConfig struct {
-	// Queue is how many events may wait to be written (0 = 10,000); past
-	// it, Record waits: backpressure rather than memory without bound.
+	// Queue is how many Records may wait to be written (0 = 10,000);
+	// past it, Record waits: backpressure rather than memory without
+	// bound.
 	Queue int
 	// MaxBatch is the most events one Record of the journal carries
 	// (0 = 500).
@@ -52,11 +53,13 @@ type Writer struct {
 	lost     int
 }
 
-// item is one event on its way, or a waiter that wants to hear once
-// everything queued before it is written (nil) or could not be (an error).
+// item is the events of one Record on their way (written in one batch, so
+// that a reader never sees some of them without the others), or a waiter
+// that wants to hear once everything queued before it is written (nil) or
+// could not be (an error).
 type item struct {
-	event Event
-	done  chan error
+	events []Event
+	done   chan error
 }
 
 // NewWriter starts a writer for j. Close it to flush and stop it.
@@ -85,25 +88,26 @@ func NewWriter(j Journal, cfg WriterConfig) (*Writer, error) {
 // Journal is the journal the writer writes to, for reading.
 func (w *Writer) Journal() Journal { return w.j }
 
-// Record queues events to be written, waiting (bounded by ctx) while the
-// queue is full. It returns ErrWriterClosed once Close has begun, also to
-// a caller that was waiting for room.
+// Record queues events to be written together, in one batch, waiting
+// (bounded by ctx) while the queue is full. It returns ErrWriterClosed
+// once Close has begun, also to a caller that was waiting for room.
 func (w *Writer) Record(ctx context.Context, events ...Event) error {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
 		return ErrWriterClosed
 	}
-	for _, e := range events {
-		select {
-		case w.queue <- item{event: e}:
-		case <-w.closing:
-			return ErrWriterClosed
-		case <-ctx.Done():
-			return fmt.Errorf("journal: queue full: %w", ctx.Err())
-		}
+	if len(events) == 0 {
+		return nil
 	}
-	return nil
+	select {
+	case w.queue <- item{events: events}:
+		return nil
+	case <-w.closing:
+		return ErrWriterClosed
+	case <-ctx.Done():
+		return fmt.Errorf("journal: queue full: %w", ctx.Err())
+	}
 }
 
 // RecordSync queues events and waits until they, and everything queued
@@ -200,7 +204,7 @@ func (w *Writer) take(it item, batch []Event, waiters []chan error) ([]Event, []
 	if it.done != nil {
 		return batch, append(waiters, it.done)
 	}
-	return append(batch, it.event), waiters
+	return append(batch, it.events...), waiters
 }
 
 // write writes batch, trying again with backoff until it is written; it
@@ -283,7 +287,19 @@ func (w *Writer) drain(batch []Event, waiters []chan error) {
 		case <-ctx.Done():
 		}
 		// Count what is still queued too: nothing takes it any more.
-		w.lost = len(batch) + len(w.queue)
+		w.lost = len(batch)
+	rest:
+		for {
+			select {
+			case it := <-w.queue:
+				w.lost += len(it.events)
+				if it.done != nil {
+					waiters = append(waiters, it.done)
+				}
+			default:
+				break rest
+			}
+		}
 		w.log.Error("journal events not written before the close deadline", slog.Int("events", w.lost), slog.Any("error", err))
 		break
 	}

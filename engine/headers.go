@@ -26,7 +26,22 @@ const (
 	// outbox (StartTx): its first step records the run's start, which no
 	// process recorded when the transaction committed.
 	HeaderStarted = "acemq-flow-started"
+	// HeaderDue is on a message held back on the ladder (a delayed start, a
+	// delay before a step): when it was due, in epoch ms. A step that gets
+	// such a message first asks the journal whether the run was cancelled
+	// while it waited.
+	HeaderDue = "acemq-flow-due"
 )
+
+// markDue marks out as held until due (HeaderDue).
+func markDue(out *broker.Outgoing, due time.Time) {
+	h := out.Message.Headers.Clone()
+	if h == nil {
+		h = broker.Table{}
+	}
+	h[HeaderDue] = due.UnixMilli()
+	out.Message.Headers = h
+}
 
 // runState is the acemq-flow-run header.
 type runState struct {
@@ -111,7 +126,7 @@ func replays(h broker.Table) int {
 var hopDropped = []string{
 	"traceparent", "tracestate",
 	broker.HeaderReplayedFrom, broker.HeaderReplayedAt,
-	broker.HeaderRoutingSlip, HeaderRun, HeaderCompensation, HeaderStarted,
+	broker.HeaderRoutingSlip, HeaderRun, HeaderCompensation, HeaderStarted, HeaderDue,
 }
 
 // carried is the headers of m a message that continues its run carries.

@@ -67,6 +67,12 @@ func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 	}
 	switch s.Outcome {
 	case broker.OutcomeLabelAccepted:
+		if a.result == resultCancelled {
+			base.Kind, base.Outcome, base.Status = journal.KindCancel, "dropped: the run was cancelled while it waited", ""
+			base.Key = fmt.Sprintf("dropped/%d/%d", a.replays, a.pos)
+			events = append(events, base)
+			break
+		}
 		events = append(events, r.accepted(ctx, m, a, base, now)...)
 	case broker.OutcomeLabelRetried:
 		base.Outcome, base.Status, base.Error = "retried", journal.Running, errText(s.Err)

@@ -195,6 +195,7 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	p.events = append([]journal.Event{start}, f.startSkips(p.res.RunID, route, h, now)...)
 	if h.due.After(now) {
 		p.res.DueAt = h.due
+		markDue(&p.out, h.due)
 		due := h.due
 		p.events = append(p.events, journal.Event{RunID: p.res.RunID, Flow: f.name, Kind: journal.KindDelay, Step: route[h.next],
 			Outcome: "waiting", StartedAt: now, EndedAt: now, DueAt: &due, Status: journal.Waiting, RunStep: route[h.next],

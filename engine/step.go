@@ -29,6 +29,7 @@ const (
 	resultDuplicate = "duplicate" // done before and passed on; nothing to do
 	resultFailed    = "failed"    // the step failed (retried or given up)
 	resultBusy      = "busy"      // running elsewhere; put back
+	resultCancelled = "cancelled" // cancelled while it waited; dropped
 )
 
 // stepRunner works one step's queue.
@@ -85,6 +86,16 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
 	}
 	a.hasComp = len(st.Compensate) > 0
+	if _, held := m.Headers[HeaderDue]; held {
+		cancelled, err := r.e.cancelled(ctx, m.RunID)
+		if err != nil {
+			return broker.Retry(err)
+		}
+		if cancelled {
+			a.result = resultCancelled
+			return broker.Accept()
+		}
+	}
 	key := fmt.Sprintf("%s/%d/%s", m.RunID, pos, r.spec.Name)
 	claim, err := r.e.store.Claim(ctx, key)
 	if err != nil {
@@ -158,6 +169,9 @@ func (r *stepRunner) run(ctx context.Context, m *broker.Message, key string, a *
 		return broker.Reject(&patterns.HopError{Step: r.spec.Name, To: a.route[a.plan.next], Err: broker.Fatal(err)})
 	}
 	a.result = resultContinued
+	if !a.plan.due.IsZero() {
+		markDue(&out2, a.plan.due)
+	}
 	return r.e.pass(ctx, key, r.spec.Name, kept{due: a.plan.due, out: out2})
 }
 

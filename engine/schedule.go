@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/acemq/acemq-flow/engine/journal"
+)
+
+// ErrNotCancellable: the run is not waiting for anything that can still be
+// cancelled (it already went on, or its due time is too close).
+var ErrNotCancellable = errors.New("run cannot be cancelled")
+
+// cancelMargin is how close to its due time a wait can no longer be
+// cancelled: the message may be on its way to its step already, which
+// would run it before it learnt of the cancellation.
+const cancelMargin = time.Second
+
+// Kinds of what a run waits for, in Scheduled.
+const (
+	// ScheduledStart: a run started with At or In, or whose first step has
+	// a delay before it.
+	ScheduledStart = "start"
+	// ScheduledDelay: a delay before a later step.
+	ScheduledDelay = "delay"
+	// ScheduledHold: a failed run held for a replay, compensated when its
+	// hold ends.
+	ScheduledHold = "hold"
+)
+
+// Scheduled is one thing waiting on the ladder: a run held until DueAt.
+type Scheduled struct {
+	RunID string `json:"run_id"`
+	Flow  string `json:"flow"`
+	// Kind is ScheduledStart, ScheduledDelay or ScheduledHold.
+	Kind string `json:"kind"`
+	// Step is the step the run goes on with (or failed at, for a hold).
+	Step  string    `json:"step"`
+	DueAt time.Time `json:"due_at"`
+	// Late is how long past DueAt the run still waits, as the journal
+	// sees it (0 while it is not due): a ladder that does not move shows
+	// here first.
+	Late time.Duration `json:"late_ns,omitempty"`
+}
+
+// Schedules lists what waits on the ladder, soonest first, as the journal
+// knows it: delayed starts, delays before steps, and failed runs held for
+// replay; of one flow, or of all when flow is "". Without a shared journal
+// it knows only this process's runs.
+func (e *Engine) Schedules(ctx context.Context, flow string, limit int) ([]Scheduled, error) {
+	runs, err := e.journal.Runs(ctx, journal.Query{Flow: flow, Statuses: []journal.Status{journal.Waiting, journal.Failed}, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("schedules: %w", err)
+	}
+	now := time.Now()
+	out := []Scheduled{}
+	for _, r := range runs {
+		if r.DueAt == nil {
+			continue
+		}
+		s := Scheduled{RunID: r.ID, Flow: r.Flow, Step: r.Step, DueAt: *r.DueAt, Kind: ScheduledDelay}
+		switch {
+		case r.Status == journal.Failed:
+			s.Kind = ScheduledHold
+		case e.firstStep(r.Flow) == r.Step:
+			s.Kind = ScheduledStart
+		}
+		if now.After(s.DueAt) {
+			s.Late = now.Sub(s.DueAt)
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b Scheduled) int { return a.DueAt.Compare(b.DueAt) })
+	return out, nil
+}
+
+// firstStep is the first step of a registered flow ("" for an unknown one
+// or an itinerary flow).
+func (e *Engine) firstStep(name string) string {
+	f, err := e.flow(name)
+	if err != nil || f.def.HasItinerary() {
+		return ""
+	}
+	return f.steps[0].Name
+}
+
+// Cancel cancels what a run waits for on the ladder: a delayed start or a
+// delay before a step (when its message comes due, the worker drops it,
+// acknowledged and recorded), or the hold of a failed run (it will not be
+// compensated). The run's status becomes cancelled. The journal must know
+// the run: cancelling needs the journal every worker reads (a database).
+// It refuses, with ErrNotCancellable naming the run, a run that waits for
+// nothing, or whose wait ends within a second (its message may already be
+// on its way).
+func (e *Engine) Cancel(ctx context.Context, runID string) (Scheduled, error) {
+	r, err := e.journal.Run(ctx, runID)
+	if err != nil {
+		return Scheduled{RunID: runID}, fmt.Errorf("cancel run %s: %w", runID, err)
+	}
+	s := Scheduled{RunID: r.ID, Flow: r.Flow, Step: r.Step}
+	if r.DueAt != nil {
+		s.DueAt = *r.DueAt
+	}
+	waiting := r.Status == journal.Waiting || (r.Status == journal.Failed && r.DueAt != nil)
+	switch {
+	case !waiting:
+		return s, fmt.Errorf("%w: run %s of %s is %s: it waits for nothing (already delivered, or never delayed)", ErrNotCancellable, runID, r.Flow, r.Status)
+	case time.Until(s.DueAt) < cancelMargin:
+		return s, fmt.Errorf("%w: run %s was due at %s: already delivered, or too close to its due time to cancel", ErrNotCancellable, runID, s.DueAt.Format(time.RFC3339))
+	}
+	s.Kind = ScheduledDelay
+	if r.Status == journal.Failed {
+		s.Kind = ScheduledHold
+	}
+	now := time.Now()
+	e.record(ctx, journal.Event{RunID: runID, Flow: r.Flow, Kind: journal.KindCancel, Step: r.Step,
+		Outcome: "cancelled (" + s.Kind + " due " + s.DueAt.Format(time.RFC3339) + ")", StartedAt: now, EndedAt: now,
+		Status: journal.Cancelled, RunStep: r.Step, Replays: r.Replays, DueAt: r.DueAt,
+		Seq: r.Seq + 1, Key: fmt.Sprintf("cancel/%d", r.Replays)})
+	return s, e.writer.Flush(ctx)
+}
+
+// cancelled reports whether the journal has the run cancelled.
+func (e *Engine) cancelled(ctx context.Context, runID string) (bool, error) {
+	r, err := e.journal.Run(ctx, runID)
+	switch {
+	case errors.Is(err, journal.ErrRunNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look up run %s before running it: %w", runID, err)
+	}
+	return r.Status == journal.Cancelled, nil
+}

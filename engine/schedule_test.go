@@ -1,0 +1,93 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/brokertest"
+)
+
+// TestSchedulesAndCancel: what waits on the ladder is listed with its
+// kind and due time; a delayed start cancelled before it is due is
+// dropped when it comes due (recorded, never run), and cancelling one that
+// was already delivered is refused.
+func TestSchedulesAndCancel(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		var courier outage
+		courier.down.Store(true)
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", appendStep(ef, "charge")).Compensate(func(context.Context, Order) error { return nil }),
+			dsl.Delay(3*time.Second),
+			dsl.Step("ship", courier.step(ef, "ship")).Retry(broker.NoRetry()),
+			dsl.HoldForReplay(time.Hour)))
+		fx.work()
+		ctx := brokertest.Ctx(t)
+
+		later, err := fx.eng.Start(ctx, fx.name, Order{ID: "later"}, engine.In(2*time.Second))
+		require.NoError(t, err)
+		soon := fx.start(Order{ID: "soon"})
+		fx.waitStatus(soon, journal.Waiting, 5*time.Second)
+		held := fx.start(Order{ID: "held"}, engine.RunID(fx.name+"-held"))
+		_ = held
+
+		list, err := fx.eng.Schedules(ctx, fx.name, 0)
+		require.NoError(t, err)
+		kinds := map[string]string{}
+		for _, s := range list {
+			kinds[s.RunID] = s.Kind
+			require.False(t, s.DueAt.IsZero())
+		}
+		require.Equal(t, engine.ScheduledStart, kinds[later.RunID])
+		require.Equal(t, engine.ScheduledDelay, kinds[soon])
+		require.True(t, list[0].DueAt.Before(list[len(list)-1].DueAt) || len(list) == 1, "soonest first")
+
+		_, err = fx.eng.Cancel(ctx, later.RunID)
+		require.NoError(t, err)
+		r := fx.waitStatus(later.RunID, journal.Cancelled, 5*time.Second)
+		require.NotNil(t, r.EndedAt)
+		// Past its due time the dropped message is recorded, and nothing ran.
+		require.Eventually(t, func() bool {
+			for _, o := range fx.outcomes(later.RunID) {
+				if o == "cancel:charge:dropped: the run was cancelled while it waited" {
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, 50*time.Millisecond, "the delayed start was dropped when it came due")
+		require.Zero(t, ef.get(later.RunID, "charge"))
+
+		// The held run: it fails at ship, held for an hour; cancelling the
+		// hold means it will not be compensated.
+		fx.waitStatus(fx.name+"-held", journal.Failed, 15*time.Second)
+		list, err = fx.eng.Schedules(ctx, fx.name, 0)
+		require.NoError(t, err)
+		var hold engine.Scheduled
+		for _, s := range list {
+			if s.RunID == fx.name+"-held" {
+				hold = s
+			}
+		}
+		require.Equal(t, engine.ScheduledHold, hold.Kind)
+		require.WithinDuration(t, time.Now().Add(time.Hour), hold.DueAt, time.Minute)
+		_, err = fx.eng.Cancel(ctx, fx.name+"-held")
+		require.NoError(t, err)
+		fx.waitStatus(fx.name+"-held", journal.Cancelled, 5*time.Second)
+
+		// soon went on to ship (and failed there): nothing left to cancel.
+		fx.waitStatus(soon, journal.Failed, 15*time.Second)
+		_, err = fx.eng.Cancel(ctx, soon)
+		require.NoError(t, err, "its hold can still be cancelled")
+		_, err = fx.eng.Cancel(ctx, soon)
+		require.ErrorIs(t, err, engine.ErrNotCancellable)
+		require.ErrorContains(t, err, "waits for nothing")
+	})
+}

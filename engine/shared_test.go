@@ -74,4 +74,3 @@ func TestTwoWorkersShareOneDatabase(t *testing.T) {
 		h.WaitDepth(name+".a"+broker.DeadLetterSuffix, 0, time.Second)
 	})
 }
-

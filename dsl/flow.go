@@ -12,8 +12,8 @@ import (
 )
 
 // Part is what a flow is built from: steps (Step, External), delays
-// (Delay, DelayUntil) and the flow's own settings (Example,
-// HoldForReplay, Itinerary, WithCodec).
+// (Delay, DelayUntil), cron triggers (Cron) and the flow's own settings
+// (Example, HoldForReplay, Itinerary, WithCodec).
 type Part interface{ part() }
 
 // stepPart is a step of any payload types.
@@ -33,6 +33,8 @@ type FlowDef struct {
 	hold      time.Duration
 	itinerary *itinerary
 	codec     Codec
+	crons     []CronSpec
+	cronIn    []reflect.Type
 	err       error
 }
 
@@ -82,6 +84,15 @@ func (f *FlowDef) build(parts []Part) error {
 				delay = nil
 			}
 			f.steps = append(f.steps, spec)
+		case *CronDef:
+			if p.err != nil {
+				return f.fail("", "%w", p.err)
+			}
+			if slices.ContainsFunc(f.crons, func(c CronSpec) bool { return c.Spec == p.spec }) {
+				return f.fail("", "cron %q twice", p.spec)
+			}
+			f.crons = append(f.crons, CronSpec{Spec: p.spec, CatchUp: p.catchUp, sched: p.sched, payload: p.payload})
+			f.cronIn = append(f.cronIn, p.in)
 		case *delayPart:
 			if delay != nil {
 				return f.fail("", "two delays in a row after %s", f.lastStep())
@@ -166,6 +177,11 @@ func (f *FlowDef) check() error {
 	if f.hasEx {
 		if in := f.Input(); in != nil && f.example != nil && !reflect.TypeOf(f.example).AssignableTo(in) {
 			return f.fail("", "the example is a %T, but the flow takes %s", f.example, in)
+		}
+	}
+	for i, c := range f.crons {
+		if in := f.Input(); !fits(f.cronIn[i], in) {
+			return f.fail("", "cron %q gives a %s, but the flow takes %s", c.Spec, f.cronIn[i], in)
 		}
 	}
 	return nil

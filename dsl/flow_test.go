@@ -136,6 +136,12 @@ func TestBuildErrors(t *testing.T) {
 		{"DelayUntil before External checked against what it is sent", dsl.Flow("f", dsl.Step("a", pass), dsl.DelayUntil(`payload.shipat`), dsl.External("inv")),
 			`flow "f": step "inv": DelayUntil before it: "payload.shipat": type dsl_test.Order has no field shipat (column 9)`},
 		{"OrderedBy on a bad field", dsl.Flow("f", dsl.Step("a", pass).OrderedBy(`payload.nope`)), `flow "f": step "a": OrderedBy "payload.nope": type dsl_test.Order has no field nope`},
+		{"cron that does not parse", dsl.Flow("f", dsl.Step("a", pass), dsl.Cron("*/5 * * *", func(context.Context, time.Time) (Order, error) { return Order{}, nil })),
+			`flow "f": cron "*/5 * * *": expected exactly 6 fields, found 4`},
+		{"cron of another type", dsl.Flow("f", dsl.Step("a", pass), dsl.Cron("@every 1m", func(context.Context, time.Time) (Shipment, error) { return Shipment{}, nil })),
+			`flow "f": cron "@every 1m" gives a dsl_test.Shipment, but the flow takes dsl_test.Order`},
+		{"cron twice", dsl.Flow("f", dsl.Step("a", pass), dsl.Cron("@every 1m", func(context.Context, time.Time) (Order, error) { return Order{}, nil }),
+			dsl.Cron("@every 1m", func(context.Context, time.Time) (Order, error) { return Order{}, nil })), `flow "f": cron "@every 1m" twice`},
 		{"hold too short", dsl.Flow("f", dsl.Step("a", pass), dsl.HoldForReplay(0)), `flow "f": HoldForReplay 0s, want at least 1s`},
 	}
 	for _, c := range cases {
@@ -220,4 +226,24 @@ func TestItineraryRoute(t *testing.T) {
 	require.Equal(t, []string{"charge"}, route)
 	_, err = f.Route(context.Background(), func(v any) error { return json.Unmarshal([]byte(`{}`), v) })
 	require.ErrorContains(t, err, `the itinerary chose "nowhere", which is not one of its steps`)
+}
+
+func TestCronTrigger(t *testing.T) {
+	t.Parallel()
+	f := dsl.Flow("f", dsl.Step("a", pass),
+		dsl.Cron("CRON_TZ=Europe/Paris 0 0 9 * * *", func(_ context.Context, tick time.Time) (Order, error) {
+			return Order{ID: tick.Format(time.RFC3339)}, nil
+		}).CatchUpLast())
+	require.NoError(t, f.Err())
+	crons := f.Crons()
+	require.Len(t, crons, 1)
+	require.Equal(t, dsl.CatchUpLast, crons[0].CatchUp)
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	from := time.Date(2026, 12, 1, 9, 30, 0, 0, paris)
+	next := crons[0].Next(from)
+	require.True(t, next.Equal(time.Date(2026, 12, 2, 9, 0, 0, 0, paris)), "nine in Paris the next day, got %s", next)
+	p, err := crons[0].Payload(context.Background(), next)
+	require.NoError(t, err)
+	require.Equal(t, next.Format(time.RFC3339), p.(Order).ID)
 }

@@ -68,6 +68,15 @@ type Config struct {
 	// 10 minutes; negative = never. It runs only for a journal or store
 	// that can.
 	Housekeeping time.Duration
+	// CronGuard lets every worker run the flows' cron triggers while each
+	// tick starts one run (persistence.SQLCronGuard, on the workers'
+	// shared database).
+	CronGuard CronGuard
+	// CronAlone runs the cron triggers without a CronGuard, on this
+	// worker alone: it holds a lock on the broker (an exclusive consumer on
+	// <flow>.cron-lock), and a second worker asking for it is refused with
+	// ErrCronLocked. Without either, no worker fires cron triggers.
+	CronAlone bool
 }
 
 // DefaultHousekeeping is how often a worker purges by default.

@@ -18,8 +18,14 @@ import (
 type StartOption func(*startConfig) error
 
 type startConfig struct {
-	runID string
-	at    time.Time
+	runID   string
+	at      time.Time
+	outcome string
+}
+
+// startOutcome says how the run's start reads in its timeline.
+func startOutcome(s string) StartOption {
+	return func(c *startConfig) error { c.outcome = s; return nil }
 }
 
 // RunID starts the run under id instead of a new one: starting twice with
@@ -176,6 +182,9 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	}
 	start := journal.Event{RunID: p.res.RunID, Flow: f.name, Kind: journal.KindStart, Outcome: "started",
 		StartedAt: now, EndedAt: now, Input: raw, Status: journal.Running, Seq: journal.Seq(0, 0, 1, 0), Key: "start"}
+	if cfg.outcome != "" {
+		start.Outcome = cfg.outcome
+	}
 	if h.next == len(route) {
 		// Every step skipped: the run is done as it starts.
 		start.Status, start.RunStep = journal.Completed, route[len(route)-1]

@@ -78,10 +78,10 @@ func testDatabase(t *testing.T) (*pgxpool.Pool, persistence.Tables) {
 	_, _ = rand.Read(b[:])
 	p := "acemq_t" + hex.EncodeToString(b[:]) + "_"
 	tables := persistence.Tables{Outbox: p + "outbox", Migrations: p + "migrations", Idempotency: p + "idem",
-		Schemas: p + "schemas", SchemaCounter: p + "ids", Runs: p + "runs", RunEvents: p + "events"}
+		Schemas: p + "schemas", SchemaCounter: p + "ids", Runs: p + "runs", RunEvents: p + "events", CronFires: p + "cron"}
 	require.NoError(t, persistence.MigrateTables(ctx, db, tables))
 	t.Cleanup(func() {
-		for _, n := range []string{tables.Outbox, tables.Migrations, tables.Idempotency, tables.Schemas, tables.SchemaCounter, tables.Runs, tables.RunEvents} {
+		for _, n := range tables.Names() {
 			_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize())
 		}
 	})

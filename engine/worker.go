@@ -23,8 +23,11 @@ type Worker struct {
 	flows     []string
 	consumers []*broker.Consumer
 
-	stopHousekeeping context.CancelFunc
-	housekeeping     sync.WaitGroup
+	// bgCtx ends when the worker closes; background runs the worker's
+	// own goroutines (housekeeping, cron triggers), waited for by Close.
+	bgCtx      context.Context
+	stopBg     context.CancelFunc
+	background sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -52,6 +55,7 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 		return nil, fmt.Errorf("%w: no flows registered", ErrInvalidConfig)
 	}
 	w := &Worker{e: e}
+	w.bgCtx, w.stopBg = context.WithCancel(context.Background())
 	for _, f := range fs {
 		w.flows = append(w.flows, f.name)
 		if err := e.declare(ctx, f); err != nil {
@@ -69,6 +73,10 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 			return nil, err
 		}
 	}
+	if err := w.startCron(ctx, fs); err != nil {
+		_ = w.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	w.startHousekeeping()
 	return w, nil
 }
@@ -84,20 +92,25 @@ type storePurger interface {
 	PurgeExpired(ctx context.Context) (int64, error)
 }
 
+// firePurger is a cron guard that forgets old ticks.
+type firePurger interface {
+	PurgeFires(ctx context.Context) (int64, error)
+}
+
 // startHousekeeping runs the purges the journal and store can do, every
 // Housekeeping, until Close.
 func (w *Worker) startHousekeeping() {
 	jp, _ := w.e.journal.(journalPurger)
 	sp, _ := w.e.store.(storePurger)
+	fp, _ := w.e.cfg.CronGuard.(firePurger)
 	if jp != nil && jp.Retention() <= 0 {
 		jp = nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w.stopHousekeeping = cancel
-	if w.e.cfg.Housekeeping < 0 || (jp == nil && sp == nil) {
+	ctx := w.bgCtx
+	if w.e.cfg.Housekeeping < 0 || (jp == nil && sp == nil && fp == nil) {
 		return
 	}
-	w.housekeeping.Go(func() {
+	w.background.Go(func() {
 		tick := time.NewTicker(w.e.cfg.Housekeeping)
 		defer tick.Stop()
 		for {
@@ -113,6 +126,10 @@ func (w *Worker) startHousekeeping() {
 			if sp != nil {
 				n, err := sp.PurgeExpired(ctx)
 				w.e.log.Debug("idempotency: expired keys purged", slog.Int64("keys", n), slog.Any("error", err))
+			}
+			if fp != nil {
+				n, err := fp.PurgeFires(ctx)
+				w.e.log.Debug("cron: old ticks purged", slog.Int64("ticks", n), slog.Any("error", err))
 			}
 		}
 	})
@@ -221,10 +238,8 @@ func (w *Worker) Err() error {
 // Idempotent.
 func (w *Worker) Close(ctx context.Context) error {
 	w.closeOnce.Do(func() {
-		if w.stopHousekeeping != nil {
-			w.stopHousekeeping()
-			w.housekeeping.Wait()
-		}
+		w.stopBg()
+		w.background.Wait()
 		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, w.e.cfg.CloseTimeout)

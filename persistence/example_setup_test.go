@@ -67,7 +67,7 @@ func exampleTables() persistence.Tables {
 	p := "acemq_ex" + hex.EncodeToString(b[:]) + "_"
 	return persistence.Tables{
 		Migrations: p + "migrations", Outbox: p + "outbox", Idempotency: p + "idem",
-		Schemas: p + "schemas", SchemaCounter: p + "schema_ids", Runs: p + "runs", RunEvents: p + "run_events",
+		Schemas: p + "schemas", SchemaCounter: p + "schema_ids", Runs: p + "runs", RunEvents: p + "run_events", CronFires: p + "cron_fires",
 	}
 }
 
@@ -75,7 +75,7 @@ func exampleTables() persistence.Tables {
 func dropExampleTables(db *pgxpool.Pool, t persistence.Tables) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, name := range []string{t.Migrations, t.Outbox, t.Idempotency, t.Schemas, t.SchemaCounter, t.Runs, t.RunEvents} {
+	for _, name := range t.Names() {
 		if _, err := db.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
 			fmt.Println("drop", name, err)
 			return

@@ -49,12 +49,12 @@ func tables(tb testing.TB, db *pgxpool.Pool) persistence.Tables {
 	p := "acemq_t" + hex.EncodeToString(b[:]) + "_"
 	t := persistence.Tables{
 		Migrations: p + "migrations", Outbox: p + "outbox", Idempotency: p + "idem",
-		Schemas: p + "schemas", SchemaCounter: p + "schema_ids", Runs: p + "runs", RunEvents: p + "run_events",
+		Schemas: p + "schemas", SchemaCounter: p + "schema_ids", Runs: p + "runs", RunEvents: p + "run_events", CronFires: p + "cron_fires",
 	}
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, name := range []string{t.Migrations, t.Outbox, t.Idempotency, t.Schemas, t.SchemaCounter, t.Runs, t.RunEvents} {
+		for _, name := range t.Names() {
 			_, err := db.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
 			require.NoError(tb, err)
 		}

@@ -40,7 +40,7 @@ func TestMigrateFreshTablesFromManyProcesses(t *testing.T) {
 	tb := tables(t, db)
 	ctx := ctxT(t)
 	// Start from nothing: drop what tables() migrated, then race.
-	for _, n := range []string{tb.Migrations, tb.Outbox, tb.Idempotency, tb.Schemas, tb.SchemaCounter, tb.Runs, tb.RunEvents} {
+	for _, n := range tb.Names() {
 		_, err := db.Exec(ctx, "DROP TABLE "+n)
 		require.NoError(t, err)
 	}

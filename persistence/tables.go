@@ -23,6 +23,7 @@ const (
 	DefaultSchemaCounterTable = "acemq_schema_ids"
 	DefaultRunsTable          = "acemq_runs"
 	DefaultRunEventsTable     = "acemq_run_events"
+	DefaultCronFiresTable     = "acemq_cron_fires"
 )
 
 // maxTableName leaves room under PostgreSQL's 63-byte identifier limit for
@@ -50,6 +51,19 @@ type Tables struct {
 	Runs string
 	// RunEvents holds SQLJournal's timelines, one row per entry.
 	RunEvents string
+	// CronFires holds SQLCronGuard's claimed ticks.
+	CronFires string
+}
+
+// Names lists every table t names (defaults filled in), the migrations
+// table first: what a test that made tables of its own drops.
+func (t Tables) Names() []string {
+	fs := t.withDefaults().fields()
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.name
+	}
+	return out
 }
 
 // Validate refuses a name that is not a plain lower-case identifier
@@ -77,7 +91,7 @@ func (t Tables) fields() []tableField {
 	return []tableField{
 		{"migrations", t.Migrations}, {"outbox", t.Outbox}, {"idempotency", t.Idempotency},
 		{"schemas", t.Schemas}, {"schema counter", t.SchemaCounter},
-		{"runs", t.Runs}, {"run events", t.RunEvents},
+		{"runs", t.Runs}, {"run events", t.RunEvents}, {"cron fires", t.CronFires},
 	}
 }
 
@@ -94,6 +108,7 @@ func (t Tables) withDefaults() Tables {
 	def(&t.SchemaCounter, DefaultSchemaCounterTable)
 	def(&t.Runs, DefaultRunsTable)
 	def(&t.RunEvents, DefaultRunEventsTable)
+	def(&t.CronFires, DefaultCronFiresTable)
 	return t
 }
 
@@ -124,5 +139,6 @@ func (t Tables) render(sql string) string {
 		"{{runs_error_idx}}", q(t.Runs+"_error_idx"),
 		"{{runs_ended_idx}}", q(t.Runs+"_ended_idx"),
 		"{{run_events}}", q(t.RunEvents),
+		"{{cron_fires}}", q(t.CronFires),
 	).Replace(sql)
 }

@@ -18,8 +18,10 @@ import (
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
+	"github.com/acemq/acemq-flow/persistence"
 )
 
 // The flow benchmark: b.N runs through a 3-step flow on RabbitMQ (journal
@@ -48,7 +50,15 @@ var benchPad = strings.Repeat("x", 200)
 
 func BenchmarkFlowRabbit(b *testing.B) {
 	url := testenv.RabbitURL(b)
-	b.Run("engine", func(b *testing.B) { benchEngine(b, url) })
+	b.Run("engine", func(b *testing.B) { benchEngine(b, url, nil) })
+	// The same with the run journal on PostgreSQL (issue 11: at least 0.7
+	// of the in-memory journal's runs/s).
+	b.Run("engine-pg-journal", func(b *testing.B) {
+		db, tables := testDatabase(b)
+		j, err := persistence.NewSQLJournal(db, persistence.SQLJournalConfig{Tables: tables})
+		require.NoError(b, err)
+		benchEngine(b, url, j)
+	})
 	b.Run("plain", func(b *testing.B) { benchPlain(b, url, false) })
 	// The same chain carrying the envelope every AceMQ pipeline message
 	// carries (docs/wire.md): first-seen, attempt, run id, causation,
@@ -117,10 +127,10 @@ func feed(b *testing.B, n int, start func(i int) error) {
 	wg.Wait()
 }
 
-func benchEngine(b *testing.B, url string) {
+func benchEngine(b *testing.B, url string, j journal.Journal) {
 	h := brokertest.New(b, url, true)
 	conn := h.Open(broker.Config{Logger: slog.New(slog.DiscardHandler)})
-	eng, err := engine.New(engine.Config{Conn: conn, Concurrency: benchConcurrency})
+	eng, err := engine.New(engine.Config{Conn: conn, Concurrency: benchConcurrency, Journal: j})
 	require.NoError(b, err)
 	defer eng.Close(context.Background())
 	name := testenv.Name(b, "bench")

@@ -68,7 +68,7 @@ func TestStartTx(t *testing.T) {
 
 // testDatabase is a pool on the test database and tables of the test's
 // own, migrated, dropped when the test ends.
-func testDatabase(t *testing.T) (*pgxpool.Pool, persistence.Tables) {
+func testDatabase(t testing.TB) (*pgxpool.Pool, persistence.Tables) {
 	t.Helper()
 	ctx := brokertest.Ctx(t)
 	db, err := pgxpool.New(ctx, testenv.DatabaseURL(t))

@@ -28,6 +28,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
@@ -98,6 +99,10 @@ type app struct {
 	// databaseURL is --database-url: PostgreSQL for the run journal and the
 	// idempotency store ("" = in memory).
 	databaseURL string
+	// meterProvider receives the metrics of the connections the command
+	// opens, and so of their engines (nil = the otel globals): set by a
+	// command that serves /metrics.
+	meterProvider metric.MeterProvider
 }
 
 func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
@@ -116,7 +121,7 @@ func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL for the run journal and the idempotency store, shared by every worker (default: in this process's memory)")
 	root.AddCommand(a.versionCommand(), a.topologyCommand(), a.demoCommand(),
 		a.migrateCommand(), a.workerCommand(), a.flowsCommand(), a.startCommand(), a.runsCommand(),
-		a.replayCommand(), a.compensateCommand())
+		a.replayCommand(), a.compensateCommand(), a.dashboardCommand(), a.devCommand(), a.topCommand())
 	documentEnv(root)
 	return root
 }
@@ -124,6 +129,19 @@ func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 // envName is the environment fallback of a flag.
 func envName(flag string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// envAnnotation, on a flag, names its environment fallback when that is
+// not envName of the flag's name: dashboard's --token is
+// ACEMQ_DASHBOARD_TOKEN, since ACEMQ_TOKEN would not say whose token it is.
+const envAnnotation = "acemq-env"
+
+// flagEnv is the environment fallback of f.
+func flagEnv(f *pflag.Flag) string {
+	if names := f.Annotations[envAnnotation]; len(names) > 0 {
+		return names[0]
+	}
+	return envName(f.Name)
 }
 
 // applyEnv sets every flag of cmd not given on the command line from its
@@ -134,12 +152,12 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 		if f.Changed || f.Name == "help" {
 			return
 		}
-		v, ok := a.env(envName(f.Name))
+		v, ok := a.env(flagEnv(f))
 		if !ok {
 			return
 		}
 		if err := f.Value.Set(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+			errs = append(errs, fmt.Errorf("%s=%q: %w", flagEnv(f), v, err))
 		}
 	})
 	return errors.Join(errs...)
@@ -156,7 +174,7 @@ func documentEnv(root *cobra.Command) {
 					return
 				}
 				seen[f] = true
-				f.Usage += " [$" + envName(f.Name) + "]"
+				f.Usage += " [$" + flagEnv(f) + "]"
 			})
 		}
 		for _, sub := range c.Commands() {
@@ -184,6 +202,9 @@ func (a *app) openWith(cmd *cobra.Command, url string, cfg broker.Config) (*brok
 		fmt.Fprintln(cmd.ErrOrStderr(), "using the embedded in-process broker (set ACEMQ_URL to use RabbitMQ)")
 	}
 	cfg.Logger = a.logger(cmd)
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = a.meterProvider
+	}
 	conn, err := cfg.Open(cmd.Context(), url)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)

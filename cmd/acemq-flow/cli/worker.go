@@ -28,6 +28,7 @@ func (a *app) workerCommand() *cobra.Command {
 		flows        []string
 		closeTimeout time.Duration
 		retention    time.Duration
+		metricsAddr  string
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -48,13 +49,20 @@ func (a *app) workerCommand() *cobra.Command {
 			if retention < 0 {
 				return fmt.Errorf("--journal-retention %s: want 0 (keep every run) or more", retention)
 			}
+			obs, err := a.newObserver(cmd, metricsAddr)
+			if err != nil {
+				return err
+			}
+			defer obs.close(cmd.Context(), &err)
 			s, err := a.openSession(cmd, sessionConfig{broker: bf, closeTimeout: closeTimeout, store: true,
 				noDatabase: noDatabaseWorker, journalRetention: retention})
 			if err != nil {
 				return err
 			}
 			defer s.close(cmd.Context(), &err)
-			return work(cmd.Context(), s, flows)
+			return obs.run(cmd.Context(), s, func(started func(*engine.Worker)) error {
+				return work(cmd.Context(), s, flows, started)
+			})
 		},
 	}
 	bf.add(cmd)
@@ -62,18 +70,24 @@ func (a *app) workerCommand() *cobra.Command {
 	cmd.Flags().DurationVar(&closeTimeout, "close-timeout", broker.DefaultCloseTimeout, "how long the steps in flight get to finish after SIGINT or SIGTERM")
 	cmd.Flags().DurationVar(&retention, "journal-retention", 0,
 		"with a database: delete, in small batches every 10 minutes, runs that ended longer ago than this (e.g. 720h; 0 keeps every run)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "",
+		"serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: not served)")
 	return cmd
 }
 
 // work runs a worker for flows until ctx ends, then drains it. It is
-// engine.Run, with what it works logged once it works it (a supervisor
-// or a test reads "worker started" as ready) and a consumer that ended on
-// its own made the worker's failure.
-func work(ctx context.Context, s *session, flows []string) error {
+// engine.Run, with started (if not nil) called with the worker once it
+// works, what it works logged then (a supervisor or a test reads "worker
+// started" as ready), and a consumer that ended on its own made the
+// worker's failure.
+func work(ctx context.Context, s *session, flows []string, started func(*engine.Worker)) error {
 	log := s.conn.Logger()
 	w, err := s.eng.StartWorker(ctx, flows...)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
+	}
+	if started != nil {
+		started(w)
 	}
 	log.Info("worker started", slog.Any("flows", w.Flows()), slog.Any("queues", workedQueues(s.eng, w.Flows())),
 		slog.Bool("shared_journal", s.shared))

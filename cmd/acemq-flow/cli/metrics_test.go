@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -191,6 +192,41 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	w.stop()
 	_, err = net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), time.Second)
 	require.Error(t, err, "the endpoint stops with the worker")
+}
+
+// TestWorkerReadinessOnRabbitMQ: a worker's /readyz is 200 while it runs
+// on RabbitMQ, and 503, naming the broker, once the broker closed its
+// connection and refuses it back (the worker's virtual host no longer
+// lets it in).
+func TestWorkerReadinessOnRabbitMQ(t *testing.T) {
+	t.Parallel()
+	url := testenv.VHost(t)
+	vhost := url[strings.LastIndex(url, "/")+1:]
+	inv := invocation{flows: unitFlows(testenv.Name(t, "flow")), env: map[string]string{"ACEMQ_URL": url, "ACEMQ_METRICS_ADDR": "127.0.0.1:0"}}
+	w := background(t, inv, "worker")
+	base := w.waitFor(`msg="serving metrics" .*metrics=(http://\S+)/metrics`)[1]
+	w.waitFor(`msg="worker started"`)
+	status, body := httpGet(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, status, body)
+
+	rabbitmqctl(t, "clear_permissions", "-p", vhost, "guest")
+	t.Cleanup(func() { rabbitmqctl(t, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*") })
+	rabbitmqctl(t, "close_all_connections", "-p", vhost, "test: the broker goes away")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, body := httpGet(t, base+"/readyz")
+		require.Equal(c, http.StatusServiceUnavailable, status, body)
+		require.Regexp(c, `(?m)^broker: `, body)
+	}, 30*time.Second, 100*time.Millisecond)
+	w.stop()
+}
+
+// rabbitmqctl runs rabbitmqctl quietly, failing the test if it fails.
+func rabbitmqctl(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
+	require.NoError(t, err, "rabbitmqctl %v: %s", args, out)
 }
 
 func TestWorkerRefusesABadMetricsAddress(t *testing.T) {

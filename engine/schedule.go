@@ -43,7 +43,7 @@ type Scheduled struct {
 	// Late is how long past DueAt the run still waits, as the journal
 	// sees it (0 while it is not due): a ladder that does not move shows
 	// here first.
-	Late time.Duration `json:"late_ns,omitempty"`
+	Late time.Duration `json:"-"`
 }
 
 // Schedules lists what waits on the ladder, soonest first, as the journal
@@ -61,13 +61,7 @@ func (e *Engine) Schedules(ctx context.Context, flow string, limit int) ([]Sched
 		if r.DueAt == nil {
 			continue
 		}
-		s := Scheduled{RunID: r.ID, Flow: r.Flow, Step: r.Step, DueAt: *r.DueAt, Kind: ScheduledDelay}
-		switch {
-		case r.Status == journal.Failed:
-			s.Kind = ScheduledHold
-		case e.firstStep(r.Flow) == r.Step:
-			s.Kind = ScheduledStart
-		}
+		s := Scheduled{RunID: r.ID, Flow: r.Flow, Step: r.Step, DueAt: *r.DueAt, Kind: e.kindOf(r)}
 		if now.After(s.DueAt) {
 			s.Late = now.Sub(s.DueAt)
 		}
@@ -75,6 +69,17 @@ func (e *Engine) Schedules(ctx context.Context, flow string, limit int) ([]Sched
 	}
 	slices.SortFunc(out, func(a, b Scheduled) int { return a.DueAt.Compare(b.DueAt) })
 	return out, nil
+}
+
+// kindOf says what a run with a due time waits for.
+func (e *Engine) kindOf(r journal.Run) string {
+	switch {
+	case r.Status == journal.Failed:
+		return ScheduledHold
+	case e.firstStep(r.Flow) == r.Step:
+		return ScheduledStart
+	}
+	return ScheduledDelay
 }
 
 // firstStep is the first step of a registered flow ("" for an unknown one
@@ -111,10 +116,7 @@ func (e *Engine) Cancel(ctx context.Context, runID string) (Scheduled, error) {
 	case time.Until(s.DueAt) < cancelMargin:
 		return s, fmt.Errorf("%w: run %s was due at %s: already delivered, or too close to its due time to cancel", ErrNotCancellable, runID, s.DueAt.Format(time.RFC3339))
 	}
-	s.Kind = ScheduledDelay
-	if r.Status == journal.Failed {
-		s.Kind = ScheduledHold
-	}
+	s.Kind = e.kindOf(r)
 	now := time.Now()
 	e.record(ctx, journal.Event{RunID: runID, Flow: r.Flow, Kind: journal.KindCancel, Step: r.Step,
 		Outcome: "cancelled (" + s.Kind + " due " + s.DueAt.Format(time.RFC3339) + ")", StartedAt: now, EndedAt: now,

@@ -121,7 +121,7 @@ func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL for the run journal and the idempotency store, shared by every worker (default: in this process's memory)")
 	root.AddCommand(a.versionCommand(), a.topologyCommand(), a.demoCommand(),
 		a.migrateCommand(), a.workerCommand(), a.flowsCommand(), a.startCommand(), a.runsCommand(),
-		a.replayCommand(), a.compensateCommand(), a.dashboardCommand(), a.devCommand(), a.topCommand())
+		a.replayCommand(), a.compensateCommand(), a.scheduleCommand(), a.dashboardCommand(), a.devCommand(), a.topCommand())
 	documentEnv(root)
 	return root
 }

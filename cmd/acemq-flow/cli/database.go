@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/patterns"
 	"github.com/acemq/acemq-flow/persistence"
@@ -144,6 +145,16 @@ func (d *database) store() (patterns.ResultStore, error) {
 		return nil, d.errorf("idempotency store: %w", err)
 	}
 	return s, nil
+}
+
+// cronGuard decides, for every worker on the database, which one starts a
+// cron tick's run.
+func (d *database) cronGuard() (engine.CronGuard, error) {
+	g, err := persistence.NewSQLCronGuard(d.pool, persistence.Tables{})
+	if err != nil {
+		return nil, d.errorf("cron guard: %w", err)
+	}
+	return g, nil
 }
 
 // appliedVersions lists the migrations the database has applied; none

@@ -11,16 +11,23 @@ import (
 )
 
 func (a *app) replayCommand() *cobra.Command {
-	return a.moveCommand(moveSpec{
-		use:   "replay <run-id>",
-		short: "Send a failed run's message back to the step that gave it up, with a fresh retry budget",
+	cmd := a.moveCommand(moveSpec{
+		use:   "replay <run-id> | replay --flow F --status failed [--where EXPR] ...",
+		short: "Send a failed run's message back to the step that gave it up; or many failed runs at once",
 		long: "Take a failed run's given-up message from its step's dead-letter queue and send it back to\n" +
 			"that step: the run goes back to running and continues from there. The run journal says\n" +
 			"which queue holds the message; a run it does not know (no database) is looked for by its\n" +
-			"x-acemq-run-id in every dead-letter queue of the flows. A run that is not failed is refused.",
+			"x-acemq-run-id in every dead-letter queue of the flows. A run that is not failed is refused.\n\n" +
+			"Without a run id, replay many failed runs chosen from the journal (needs a database):\n" +
+			"  --flow F --status failed [--since 24h] [--where EXPR] [--limit N] [--rate 100/s] [--dry-run]\n" +
+			"EXPR is an expr-lang condition on run (run_id, flow, step, error, attempt, started_at) and\n" +
+			"payload (the run's input): 'run.step == \"ship\" && payload.amount_cents > 1000'. A terminal\n" +
+			"shows a progress bar; Ctrl-C stops between messages and reports what was done.",
 		verb: "replayed",
 		move: (*engine.Engine).Replay,
+		bulk: a.bulkReplay,
 	})
+	return cmd
 }
 
 func (a *app) compensateCommand() *cobra.Command {
@@ -43,24 +50,46 @@ type moveSpec struct {
 	// verb says what happened to the run, for people.
 	verb string
 	move func(*engine.Engine, context.Context, string) (engine.Moved, error)
+	// bulk, when set, adds the flags of a move of many runs, used when no
+	// run id is given.
+	bulk func(cmd *cobra.Command, s *session, f bulkFlags, output outputFormat) error
 }
 
 func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 	var (
 		bf     brokerFlags
 		output outputFormat
+		many   bulkFlags
 	)
 	name, _, _ := strings.Cut(spec.use, " ")
+	args := cobra.ExactArgs(1)
+	if spec.bulk != nil {
+		args = cobra.RangeArgs(0, 1)
+	}
 	cmd := &cobra.Command{
 		Use:   spec.use,
 		Short: spec.short,
 		Long:  spec.long,
-		Args:  cobra.ExactArgs(1),
+		Args:  args,
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
-			id := args[0]
 			if len(a.flows) == 0 {
 				return fmt.Errorf("%s: %w", name, ErrNoFlows)
 			}
+			if len(args) == 0 {
+				if err := many.check(); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				s, err := a.openSession(cmd, sessionConfig{broker: bf})
+				if err != nil {
+					return err
+				}
+				defer s.close(cmd.Context(), &err)
+				return spec.bulk(cmd, s, many, output)
+			}
+			if many.given(cmd) {
+				return fmt.Errorf("%s: give a run id or the flags choosing many runs, not both", name)
+			}
+			id := args[0]
 			s, err := a.openSession(cmd, sessionConfig{broker: bf, noDatabase: noDatabaseMover})
 			if err != nil {
 				return err
@@ -84,5 +113,8 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 	}
 	bf.add(cmd)
 	addOutputFlag(cmd, &output)
+	if spec.bulk != nil {
+		many.add(cmd)
+	}
 	return cmd
 }

@@ -38,6 +38,9 @@ type sessionConfig struct {
 	// journalRetention is how long a worker keeps ended runs in the
 	// database's journal (0 = for ever).
 	journalRetention time.Duration
+	// cronAlone makes this worker fire the cron triggers without a
+	// database, alone (worker --cron).
+	cronAlone bool
 }
 
 // session is an engine with the connection and database it runs on, for
@@ -81,8 +84,14 @@ func (a *app) openSession(cmd *cobra.Command, sc sessionConfig) (_ *session, err
 			if cfg.Store, err = s.db.store(); err != nil {
 				return nil, err
 			}
+			// Every worker on the database fires cron triggers; the guard
+			// lets one of them start each tick's run.
+			if cfg.CronGuard, err = s.db.cronGuard(); err != nil {
+				return nil, err
+			}
 		}
 	}
+	cfg.CronAlone = sc.cronAlone
 	if s.eng, err = engine.New(cfg); err != nil {
 		return nil, err
 	}

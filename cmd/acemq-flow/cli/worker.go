@@ -28,6 +28,7 @@ func (a *app) workerCommand() *cobra.Command {
 		flows        []string
 		closeTimeout time.Duration
 		retention    time.Duration
+		cronAlone    bool
 		metricsAddr  string
 	)
 	cmd := &cobra.Command{
@@ -55,7 +56,7 @@ func (a *app) workerCommand() *cobra.Command {
 			}
 			defer obs.close(cmd.Context(), &err)
 			s, err := a.openSession(cmd, sessionConfig{broker: bf, closeTimeout: closeTimeout, store: true,
-				noDatabase: noDatabaseWorker, journalRetention: retention})
+				noDatabase: noDatabaseWorker, journalRetention: retention, cronAlone: cronAlone})
 			if err != nil {
 				return err
 			}
@@ -68,6 +69,8 @@ func (a *app) workerCommand() *cobra.Command {
 	bf.add(cmd)
 	cmd.Flags().StringSliceVar(&flows, "flows", nil, "flows to work, comma-separated (default: every flow of the binary)")
 	cmd.Flags().DurationVar(&closeTimeout, "close-timeout", broker.DefaultCloseTimeout, "how long the steps in flight get to finish after SIGINT or SIGTERM")
+	cmd.Flags().BoolVar(&cronAlone, "cron", false,
+		"without a database: fire the flows' cron triggers from this worker alone (a second worker asking is refused; with a database every worker fires them and each tick starts one run)")
 	cmd.Flags().DurationVar(&retention, "journal-retention", 0,
 		"with a database: delete, in small batches every 10 minutes, runs that ended longer ago than this (e.g. 720h; 0 keeps every run)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "",

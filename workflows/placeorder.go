@@ -56,6 +56,10 @@ type Order struct {
 	// ShipAt holds the order before it ships until then (RFC 3339); zero
 	// or past ships at once.
 	ShipAt time.Time `json:"ship_at,omitzero"`
+	// CourierBackAt is when the stand-in courier can take this parcel
+	// again (RFC 3339): before it, ship fails, as against a depot that is
+	// closed, and is retried; a run given up then is replayed after it.
+	CourierBackAt time.Time `json:"courier_back_at,omitzero"`
 
 	// PaymentID is the gateway's payment, set by charge.
 	PaymentID string `json:"payment_id,omitempty"`

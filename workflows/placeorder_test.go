@@ -301,3 +301,29 @@ func TestPlaceOrderOutage(t *testing.T) {
 			"cancel pickup-compensated", "release res-compensated", "refund pay-compensated"}, rec.of("compensated"))
 	})
 }
+
+// TestPlaceOrderCourierBack: an order whose courier cannot take it yet
+// fails at ship and is held; replayed once the courier is back, it
+// completes. What `acemq-flow dev`'s dev-7 shows in the dashboard.
+func TestPlaceOrderCourierBack(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		rec := newRecorder()
+		var clock atomic.Int64
+		start := time.Now()
+		clock.Store(start.UnixNano())
+		rec.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+		fx := newFixture(t, h, rec)
+		o := workflows.ExampleOrder()
+		o.ID, o.CourierBackAt = "closed", start.Add(time.Hour)
+		run := fx.start(o)
+		r := fx.wait(run, journal.Failed, 20*time.Second)
+		require.Contains(t, r.Error, "courier: the depot is closed until")
+		require.NotNil(t, r.DueAt, "held for a replay")
+
+		clock.Store(start.Add(2 * time.Hour).UnixNano())
+		_, err := fx.eng.Replay(brokertest.Ctx(t), run)
+		require.NoError(t, err)
+		fx.wait(run, journal.Completed, 10*time.Second)
+		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!", "ship"}, rec.of("closed"))
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/acemq/acemq-flow/broker"
 )
@@ -44,13 +45,16 @@ var ErrOutage = errors.New("service unavailable")
 // StandIns are deterministic stand-ins for the services of place-order, a
 // payment gateway, an inventory and a courier, whose behaviour each order
 // chooses: its card (CardDeclined, CardTimesOutOnce), its item
-// (OutOfStockItem), its address (NoDeliveryTo), and OutageEnv. Ids they
+// (OutOfStockItem), its address (NoDeliveryTo), its CourierBackAt, and
+// OutageEnv. Ids they
 // hand out are made from the order's id. They do nothing else and log
 // nothing. Safe for concurrent use.
 type StandIns struct {
 	// Outage is the step whose service is down, read at each call (nil =
 	// the OutageEnv environment variable).
 	Outage func() string
+	// Now is the stand-ins' clock, for CourierBackAt (nil = time.Now).
+	Now func() time.Time
 
 	mu sync.Mutex
 	// timedOut holds the orders the gateway timed out on once, until the
@@ -138,6 +142,13 @@ func (s *StandIns) Cancel(context.Context, Order) error { return nil }
 func (s *StandIns) Ship(_ context.Context, o Order) (string, error) {
 	if err := s.down("ship", "courier"); err != nil {
 		return "", err
+	}
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	if back := o.CourierBackAt; now().Before(back) {
+		return "", fmt.Errorf("courier: the depot is closed until %s", back.Format(time.TimeOnly))
 	}
 	return "TRK-" + o.ID, nil
 }

@@ -24,6 +24,11 @@ import (
 // shipping.
 const devShipIn = 2 * time.Minute
 
+// devCourierBack is how long dev's courier keeps one order's depot closed:
+// long enough for its ship step to be given up (about ten seconds), short
+// enough that a person replays it a moment later and sees it complete.
+const devCourierBack = 30 * time.Second
+
 func (a *app) devCommand() *cobra.Command {
 	var addr, metricsAddr string
 	cmd := &cobra.Command{
@@ -162,6 +167,9 @@ func placeOrderExamples(now time.Time) []example {
 		{name, order("dev-6", func(o *workflows.Order) { o.Address = "1 Main Street, " + workflows.NoDeliveryTo }),
 			"the courier refuses the address: failed at reserve, held for a replay (which fails again), " +
 				"then refunded; or compensate it now"},
+		{name, order("dev-7", func(o *workflows.Order) { o.CourierBackAt = now.Add(devCourierBack) }),
+			fmt.Sprintf("the courier's depot is closed until %s: ship fails, the run is held for a replay; "+
+				"after that time, open it in the dashboard and press Replay: it completes", now.Add(devCourierBack).Format(time.TimeOnly))},
 	}
 }
 

@@ -27,7 +27,7 @@ func TestDev(t *testing.T) {
 	stderr := d.stderr.String()
 	for _, want := range []string{
 		"acemq-flow dev: the embedded broker, a run journal in memory, a worker for place-order\nand the dashboard, all in this process",
-		"started 6 example runs for the dashboard to show",
+		"started 7 example runs for the dashboard to show",
 		"it does not start runs",
 		"other acemq-flow commands (start, runs, replay) cannot reach them",
 		"Ctrl-C stops it",
@@ -36,7 +36,7 @@ func TestDev(t *testing.T) {
 	}
 	require.NotContains(t, stderr, "level=", "nothing logged at warn or above")
 	started := regexp.MustCompile(`(?m)^  place-order\s+([0-9a-f]{8})\s+(.+)$`).FindAllStringSubmatch(stderr, -1)
-	require.Len(t, started, 6, stderr)
+	require.Len(t, started, 7, stderr)
 	prefix := map[string]string{}
 	for _, s := range started {
 		prefix[s[2]] = s[1]
@@ -53,11 +53,13 @@ func TestDev(t *testing.T) {
 		for _, m := range links.FindAllStringSubmatch(body, -1) {
 			failed = append(failed, m[1])
 		}
-		require.Len(c, failed, 2, "the declined card and the refused address")
+		// The declined card and the refused address fail at once; the
+		// closed depot after its ship retries, about ten seconds in.
+		require.GreaterOrEqual(c, len(failed), 2, "the declined card and the refused address")
 	}, 15*time.Second, 50*time.Millisecond)
 	status, body := httpGet(t, base+"/")
 	require.Equal(t, http.StatusOK, status)
-	require.Len(t, links.FindAllString(body, -1), 6, "every example run is listed")
+	require.Len(t, links.FindAllString(body, -1), 7, "every example run is listed")
 
 	var run string
 	for _, id := range failed {
@@ -93,8 +95,8 @@ func TestDevExamples(t *testing.T) {
 	other := dsl.Flow("other", dsl.Step("a", keep), dsl.Example(unitOrder{ID: "x", Amount: 1}))
 	none := dsl.Flow("none", dsl.Step("a", keep))
 	ex := devExamples([]*dsl.FlowDef{workflows.PlaceOrder, other, none})
-	require.Len(t, ex, 7, "six orders, the other flow's example, none for a flow without one")
-	require.Equal(t, example{flow: "other", payload: unitOrder{ID: "x", Amount: 1}, shows: "its example payload"}, ex[6])
+	require.Len(t, ex, 8, "seven orders, the other flow's example, none for a flow without one")
+	require.Equal(t, example{flow: "other", payload: unitOrder{ID: "x", Amount: 1}, shows: "its example payload"}, ex[7])
 	ids := map[string]bool{}
 	for _, e := range ex[:6] {
 		o := e.payload.(workflows.Order)

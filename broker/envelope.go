@@ -106,10 +106,12 @@ func decodeEnvelope(m *transport.Message, now time.Time) (Envelope, transport.Ta
 }
 
 // firstSeenOf is when a message without x-acemq-first-seen is taken to have
-// first entered: at its timestamp property, or now when it has none.
+// first entered: at its timestamp property, or now when it has none or one
+// beyond what epoch milliseconds hold (a foreign publisher's garbage, which
+// would wrap round when written as x-acemq-first-seen).
 func firstSeenOf(m *transport.Message, now time.Time) time.Time {
-	if !m.Timestamp.IsZero() {
-		return m.Timestamp
+	if ts := m.Timestamp; !ts.IsZero() && time.UnixMilli(ts.UnixMilli()).Equal(ts.Truncate(time.Millisecond)) {
+		return ts
 	}
 	return now
 }

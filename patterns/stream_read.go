@@ -3,6 +3,7 @@ package patterns
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -79,7 +80,9 @@ type streamPosition struct {
 func (p *streamPosition) track(h broker.Handler) broker.Handler {
 	return func(ctx context.Context, m *broker.Message) broker.Ack {
 		off, ok := StreamOffsetOf(m)
-		if !ok {
+		if !ok || off < 0 {
+			// The broker writes no negative offset: such a header is not a
+			// position to resume from (RabbitMQ closes the connection on it).
 			return h(ctx, m)
 		}
 		p.mu.Lock()
@@ -120,6 +123,10 @@ func (p *streamPosition) resume() broker.Table {
 			}
 		}
 		arg = oldest
+	case p.hasHandled && p.newest == math.MaxInt64:
+		// There is no offset past it; reading it again beats wrapping round
+		// to a negative one.
+		arg = p.newest
 	case p.hasHandled:
 		arg = p.newest + 1
 	case p.start == "next" || p.start == "last":

@@ -53,3 +53,13 @@ fuzz:
 		fi; \
 		exit 1; \
 	done
+
+.PHONY: chaos chaos-short
+
+## chaos: the six chaos scenarios at full size, on a RabbitMQ node and a PostgreSQL cluster of their own (docs/chaos.md)
+chaos:
+	scripts/chaos.sh
+
+## chaos-short: scenarios 1 and 4 at 2,000 runs, what CI runs
+chaos-short:
+	scripts/chaos.sh -scenarios 1,4 -runs 2000

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// row is one scenario's result.
+type row struct {
+	Scenario int    `json:"scenario"`
+	Name     string `json:"name"`
+	// Sent counts the runs started; Completed those the journal shows
+	// ended as they should (completed, or compensated for the saga).
+	Sent      int `json:"sent"`
+	Completed int `json:"completed"`
+	// Lost counts runs that never ended and whose message is in no queue.
+	Lost int `json:"lost"`
+	// DuplicateDeliveries is the node's count of messages delivered again
+	// after the connection or channel they were delivered on died unacked.
+	DuplicateDeliveries int64 `json:"duplicate_deliveries"`
+	// DoubleEffects counts effects applied once too often.
+	DoubleEffects int      `json:"double_effects"`
+	Seconds       float64  `json:"seconds"`
+	OK            bool     `json:"ok"`
+	Notes         []string `json:"notes,omitempty"`
+}
+
+// report prints rows as a table with each scenario's notes under it, or
+// as one JSON document.
+func report(w io.Writer, format string, rows []row) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tsent\tcompleted\tlost\tduplicate deliveries\tdouble effects\ttime\tresult")
+	for _, r := range rows {
+		result := "ok"
+		if !r.OK {
+			result = "FAILED"
+		}
+		fmt.Fprintf(tw, "%d. %s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Scenario, r.Name, r.Sent, r.Completed, r.Lost,
+			r.DuplicateDeliveries, r.DoubleEffects, time.Duration(r.Seconds*float64(time.Second)).Round(100*time.Millisecond), result)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		for _, n := range r.Notes {
+			if _, err := fmt.Fprintf(w, "  %d: %s\n", r.Scenario, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

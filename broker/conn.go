@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,6 +116,9 @@ type Conn struct {
 	codecs       codecs
 	ladder       *ladder
 
+	// nodes reports acemq.connection.node (nil without nodes).
+	nodes metric.Registration
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -133,24 +137,38 @@ func Open(ctx context.Context, rawURL string) (*Conn, error) {
 // every connection in the process opened with that NAME; a bare memory://
 // is a broker of its own). A password in the URL never appears in logs or
 // errors.
+//
+// A RabbitMQ URL may list the nodes of a cluster, which share user,
+// password, virtual host and query
+// (amqp://user:pass@rabbit-1:5672,rabbit-2:5672,rabbit-3:5672/vhost): the
+// connection takes the first that answers and redials the next one when it
+// loses its node (see package rabbitmq, and Conn.Node). An amqps:// URL's
+// TLS settings are its query parameters cacertfile, certfile, keyfile and
+// server_name_indication, or Config.RabbitMQ's.
 func (c Config) Open(ctx context.Context, rawURL string) (*Conn, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	c = c.withDefaults()
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidURL, redactParseError(rawURL, err))
-	}
 	var t transport.Transport
-	switch u.Scheme {
-	case "amqp", "amqps":
+	if scheme, _, _ := strings.Cut(rawURL, "://"); scheme == "amqp" || scheme == "amqps" {
+		// Not url.Parse: it refuses a list of nodes, and the transport
+		// says what is wrong with a URL without repeating its password.
 		rt, err := rabbitmq.Dial(ctx, rawURL, c.RabbitMQ)
+		if errors.Is(err, rabbitmq.ErrInvalidURL) {
+			err = &alsoInvalidURL{err}
+		}
 		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", u.Redacted(), err)
+			return nil, fmt.Errorf("open: %w", err)
 		}
 		t = rt
-	case "memory":
+	}
+	u, err := url.Parse(rawURL)
+	switch {
+	case t != nil:
+	case err != nil:
+		return nil, fmt.Errorf("%w: %s", ErrInvalidURL, redactParseError(rawURL, err))
+	case u.Scheme == "memory":
 		name := u.Host + u.Path
 		if name == "" {
 			t = loopback.New().Connect()
@@ -167,6 +185,13 @@ func (c Config) Open(ctx context.Context, rawURL string) (*Conn, error) {
 	}
 	return conn, nil
 }
+
+// alsoInvalidURL is the transport's URL error, which errors.Is also sees
+// as ErrInvalidURL.
+type alsoInvalidURL struct{ err error }
+
+func (e *alsoInvalidURL) Error() string   { return e.err.Error() }
+func (e *alsoInvalidURL) Unwrap() []error { return []error{e.err, ErrInvalidURL} }
 
 // redactParseError reports a URL that would not parse without repeating it,
 // since the unparsable part may well be the password.
@@ -200,6 +225,9 @@ func (c Config) Wrap(t transport.Transport) (*Conn, error) {
 		consumers:    map[*Consumer]struct{}{},
 	}
 	conn.ladder = newLadder(conn, c.Ladder)
+	if conn.nodes, err = observeNodes(c.MeterProvider, conn); err != nil {
+		return nil, err
+	}
 	return conn, nil
 }
 
@@ -276,6 +304,9 @@ func (c *Conn) Close(ctx context.Context) error {
 		errs = append(errs, c.ladder.stop(ctx))
 		if err := c.transport.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close transport: %w", err))
+		}
+		if c.nodes != nil {
+			errs = append(errs, c.nodes.Unregister())
 		}
 		c.closeErr = errors.Join(errs...)
 	})

@@ -46,7 +46,9 @@ type Config struct {
 	MaxInFlight int
 	// ReconnectMin and ReconnectMax bound the redial backoff, which starts at
 	// ReconnectMin, doubles per failed attempt up to ReconnectMax, and is
-	// jittered by up to a half either way. Zero means the defaults.
+	// jittered by up to a half either way. Each attempt dials the next node
+	// of the URL's list, starting with the one after the node lost. Zero
+	// means the defaults.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
 	// Heartbeat is the AMQP heartbeat interval proposed to the broker; 0
@@ -55,9 +57,22 @@ type Config struct {
 	// DialTimeout bounds one TCP connect plus TLS and AMQP handshake; 0
 	// means DefaultDialTimeout.
 	DialTimeout time.Duration
-	// TLS configures amqps:// connections; nil means the system roots and
-	// the URL's host as server name.
+	// TLS configures amqps:// connections; nil means TLS 1.2 or later, the
+	// system roots and each node's host as server name. CAFile, CertFile,
+	// KeyFile and ServerName are applied on top of it. Set for an amqp://
+	// URL, Dial refuses it rather than connect without TLS.
 	TLS *tls.Config
+	// CAFile is a PEM file of the CAs that sign the broker's certificates
+	// (instead of the system roots); CertFile and KeyFile a PEM client
+	// certificate and its key, for brokers that ask for one; ServerName the
+	// name every node's certificate must be issued to ("" = each node's
+	// host). The URL's query parameters cacertfile, certfile, keyfile and
+	// server_name_indication win over them. The files are read again on
+	// every redial, so a renewed certificate is picked up.
+	CAFile     string
+	CertFile   string
+	KeyFile    string
+	ServerName string
 	// SettleGrace is how long a consumer channel stays open after the last
 	// settlement on it, and how long Close waits after the transport's last
 	// settlement, before closing: RabbitMQ 3.10's quorum queues undo

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,11 +15,23 @@ import (
 	"github.com/acemq/acemq-flow/broker/transport"
 )
 
-// Dial connects to the broker at url (amqp:// or amqps://) and returns a
-// Transport that keeps reconnecting until Close. It refuses an invalid url
-// or cfg, and returns the error of a failed first connection rather than
-// retrying it in the background. Neither errors nor Name contain the
-// password.
+// Dial connects to the broker at url and returns a Transport that keeps
+// reconnecting until Close. url is amqp:// or amqps://, naming one node or
+// a comma-separated list of the nodes of a cluster, which share the user,
+// password, virtual host and query:
+//
+//	amqp://user:password@rabbit-1:5672,rabbit-2:5672,rabbit-3:5672/vhost
+//
+// Dial tries the nodes in order until one accepts the connection; a lost
+// connection is redialled on the next node of the list, round robin. For
+// amqps://, the query parameters cacertfile, certfile, keyfile and
+// server_name_indication (or Config's CAFile, CertFile, KeyFile and
+// ServerName) configure TLS; a node whose certificate does not verify is a
+// *TLSError, never a plain connection.
+//
+// Dial refuses an invalid url or cfg, and returns the error of every node
+// when none accepts the first connection rather than retrying in the
+// background. Neither errors, logs nor Name contain the password.
 func Dial(ctx context.Context, url string, cfg Config) (*Transport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -28,29 +41,76 @@ func Dial(ctx context.Context, url string, cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	tlss, err := newTLSSettings(u, cfg)
+	if err != nil {
+		return nil, err
+	}
 	t := &Transport{
 		cfg:     cfg,
 		url:     u,
+		tls:     tlss,
 		log:     cfg.Logger.With(slog.String("transport", u.redacted)),
 		changed: make(chan struct{}),
 		subs:    map[*subscription]struct{}{},
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	s, err := t.connect(ctx)
-	if err != nil {
+	var (
+		s    *session
+		errs []error
+	)
+	for i, n := range u.nodes {
+		if s, err = t.connect(ctx, i); err == nil {
+			break
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+		if i+1 < len(u.nodes) {
+			t.log.Warn("rabbitmq node refused the connection; trying the next", slog.String("node", n.addr),
+				slog.String("next", u.nodes[i+1].addr), slog.Any("error", err))
+		}
+	}
+	if s == nil {
 		t.cancel()
 		t.wg.Wait()
-		return nil, err
+		if len(errs) == 1 {
+			return nil, errs[0]
+		}
+		return nil, &NodesError{URL: u.redacted, Errs: errs}
 	}
 	t.setSession(s)
-	t.log.Info("rabbitmq connected", slog.Uint64("generation", s.gen), slog.String("local", s.conn.LocalAddr().String()))
+	t.log.Info("rabbitmq connected", slog.String("node", s.nodeAddr()), slog.Uint64("generation", s.gen),
+		slog.String("local", s.conn.LocalAddr().String()))
 	t.goOwned(func() { t.supervise(s) })
 	return t, nil
 }
 
-// connect dials one connection and opens its publish channels. Both ctx and
-// Close abort it, including in the middle of the handshake.
-func (t *Transport) connect(ctx context.Context) (*session, error) {
+// NodesError is a first connection that no node of the URL's list accepted:
+// one error per node, in the order they were tried, each naming its node.
+type NodesError struct {
+	// URL is the broker URL without its password.
+	URL  string
+	Errs []error
+}
+
+// Error lists every node's error on one line.
+func (e *NodesError) Error() string {
+	msgs := make([]string, len(e.Errs))
+	for i, err := range e.Errs {
+		msgs[i] = err.Error()
+	}
+	return fmt.Sprintf("rabbitmq: no node of %s accepted a connection: %s", e.URL, strings.Join(msgs, "; "))
+}
+
+// Unwrap returns every node's error, for errors.Is and errors.As.
+func (e *NodesError) Unwrap() []error { return e.Errs }
+
+// connect dials one connection to the node at index node of the URL's list
+// and opens its publish channels. Both ctx and Close abort it, including in
+// the middle of the handshake.
+func (t *Transport) connect(ctx context.Context, node int) (*session, error) {
+	n := t.url.nodes[node]
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(t.ctx, cancel)
@@ -87,9 +147,14 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 			return c, nil
 		},
 	}
-	if t.cfg.TLS != nil {
-		// amqp091 writes ServerName into the config it is given.
-		acfg.TLSClientConfig = t.cfg.TLS.Clone()
+	if t.tls != nil {
+		// Always set for amqps://, so that amqp091 never builds one of its
+		// own from the query.
+		tc, err := t.tls.config(n.host)
+		if err != nil {
+			return nil, fmt.Errorf("rabbitmq: dial %s: %w", n.redacted, err)
+		}
+		acfg.TLSClientConfig = tc
 	}
 	// Closing the socket is the only way to interrupt a handshake in progress.
 	abort := context.AfterFunc(ctx, func() {
@@ -99,7 +164,7 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 			netConn.Close()
 		}
 	})
-	conn, err := amqp.DialConfig(t.url.raw, acfg)
+	conn, err := amqp.DialConfig(n.raw, acfg)
 	aborted := !abort()
 	if err == nil && aborted {
 		conn.Close()
@@ -112,12 +177,15 @@ func (t *Transport) connect(ctx context.Context) (*session, error) {
 		if ctx.Err() != nil {
 			err = errors.Join(ctx.Err(), err)
 		}
-		return nil, fmt.Errorf("rabbitmq: dial %s: %w", t.url.redacted, t.url.scrub(err))
+		if acfg.TLSClientConfig != nil {
+			err = tlsFailure(err, n.addr, acfg.TLSClientConfig.ServerName)
+		}
+		return nil, fmt.Errorf("rabbitmq: dial %s: %w", n.redacted, t.url.scrub(err))
 	}
-	s, err := t.newSession(conn)
+	s, err := t.newSession(conn, node)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("rabbitmq: open channels on %s: %w", t.url.redacted, err)
+		return nil, fmt.Errorf("rabbitmq: open channels on %s: %w", n.redacted, err)
 	}
 	return s, nil
 }

@@ -10,6 +10,27 @@
 // redialled in the background with exponential backoff and jitter until
 // [Transport.Close].
 //
+// # Clusters
+//
+// The URL may list the nodes of a cluster, which share user, password,
+// virtual host and query: amqp://user:pass@rabbit-1:5672,rabbit-2:5672/vh.
+// Dial takes the first node that accepts the connection (a [*NodesError]
+// when none does); a lost connection is redialled on the next node, round
+// robin, with the same backoff, and everything the transport redoes after a
+// reconnect (declare, resubscribe, refuse stale deliveries) is done on
+// whichever node it reached. [Transport.Node] says which node that is; the
+// logs say it on every connect and reconnect.
+//
+// # TLS
+//
+// amqps:// always speaks TLS, verified against the system roots or
+// cacertfile / [Config.CAFile], with a client certificate from certfile and
+// keyfile ([Config.CertFile], [Config.KeyFile]) and the node's host or
+// server_name_indication ([Config.ServerName]) as the name its certificate
+// must carry. A certificate that does not verify is a [*TLSError] naming the
+// node; TLS settings on an amqp:// URL are refused ([ErrInvalidTLS]) rather
+// than ignored.
+//
 // # Publishing
 //
 // Publishes go through a small pool of confirm-mode channels, each with many

@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -103,4 +104,9 @@ func receive(tb testing.TB, sub transport.Subscription) *transport.Delivery {
 func contextWithTimeout(tb testing.TB, d time.Duration) (context.Context, context.CancelFunc) {
 	tb.Helper()
 	return context.WithTimeout(context.Background(), d)
+}
+
+// slogTo is a logger writing text lines to w.
+func slogTo(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

@@ -25,12 +25,12 @@ func (t *Transport) supervise(s *session) {
 		// Publishes awaiting a confirm on s fail as amqp091 closes its
 		// channels; deliveries received on s are stale from here on.
 		t.setSession(nil)
-		attrs := []any{slog.Uint64("generation", s.gen)}
+		attrs := []any{slog.String("node", s.nodeAddr()), slog.Uint64("generation", s.gen)}
 		if s.lostErr != nil {
 			attrs = append(attrs, slog.Int("code", s.lostErr.Code), slog.String("reason", s.lostErr.Reason))
 		}
 		t.log.Warn("rabbitmq connection lost; reconnecting", attrs...)
-		if s = t.reconnect(); s == nil {
+		if s = t.reconnect(s.node); s == nil {
 			return
 		}
 	}
@@ -38,10 +38,15 @@ func (t *Transport) supervise(s *session) {
 
 // reconnect redials with backoff and jitter until a connection is up and the
 // recorded topology is declared on it, then makes it current (which resumes
-// subscriptions and waiting publishes). It returns nil once Close is called.
-func (t *Transport) reconnect() *session {
+// subscriptions and waiting publishes). Each attempt dials the next node of
+// the URL's list, starting with the one after lost (the index of the node
+// whose connection was lost): a node that went away is tried last. It
+// returns nil once Close is called.
+func (t *Transport) reconnect(lost int) *session {
 	delay := t.cfg.ReconnectMin
+	node := lost
 	for attempt := 1; ; attempt++ {
+		node = (node + 1) % len(t.url.nodes)
 		wait := jitter(delay)
 		timer := time.NewTimer(wait)
 		select {
@@ -52,17 +57,18 @@ func (t *Transport) reconnect() *session {
 		}
 		delay = min(delay*2, t.cfg.ReconnectMax)
 
-		t.log.Info("rabbitmq redialling", slog.Int("attempt", attempt), slog.Duration("after", wait))
-		s, err := t.connect(t.ctx)
+		addr := t.url.nodes[node].addr
+		t.log.Info("rabbitmq redialling", slog.String("node", addr), slog.Int("attempt", attempt), slog.Duration("after", wait))
+		s, err := t.connect(t.ctx, node)
 		if err != nil {
 			if t.ctx.Err() != nil {
 				return nil
 			}
-			t.log.Warn("rabbitmq redial failed", slog.Int("attempt", attempt), slog.Any("error", err))
+			t.log.Warn("rabbitmq redial failed", slog.String("node", addr), slog.Int("attempt", attempt), slog.Any("error", err))
 			continue
 		}
 		if err := t.redeclare(s, attempt <= lockedRetries); err != nil {
-			t.log.Warn("rabbitmq redeclaring topology failed; redialling", slog.Int("attempt", attempt), slog.Any("error", err))
+			t.log.Warn("rabbitmq redeclaring topology failed; redialling", slog.String("node", addr), slog.Int("attempt", attempt), slog.Any("error", err))
 			s.conn.Close()
 			continue
 		}
@@ -70,8 +76,12 @@ func (t *Transport) reconnect() *session {
 			s.conn.Close()
 			return nil
 		}
-		t.log.Info("rabbitmq reconnected", slog.Uint64("generation", s.gen), slog.Int("attempt", attempt),
-			slog.String("local", s.conn.LocalAddr().String()))
+		attrs := []any{slog.String("node", addr), slog.Uint64("generation", s.gen), slog.Int("attempt", attempt),
+			slog.String("local", s.conn.LocalAddr().String())}
+		if node != lost {
+			attrs = append(attrs, slog.String("previous", t.url.nodes[lost].addr))
+		}
+		t.log.Info("rabbitmq reconnected", attrs...)
 		return s
 	}
 }

@@ -19,6 +19,8 @@ type session struct {
 	t    *Transport
 	gen  uint64
 	conn *amqp.Connection
+	// node is the index, in the URL's list, of the node conn is on.
+	node int
 	// lost is closed once the connection has closed; lostErr (set before)
 	// is the broker's or the library's reason, nil for a clean close.
 	lost    chan struct{}
@@ -35,14 +37,15 @@ type session struct {
 	get   *heldChannel
 }
 
-// newSession wraps a fresh connection: it opens the publish channels and
-// starts the goroutines that drain the connection's notifications.
-func (t *Transport) newSession(conn *amqp.Connection) (*session, error) {
+// newSession wraps a fresh connection to node (its index in the URL's
+// list): it opens the publish channels and starts the goroutines that drain
+// the connection's notifications.
+func (t *Transport) newSession(conn *amqp.Connection, node int) (*session, error) {
 	t.mu.Lock()
 	t.gen++
 	gen := t.gen
 	t.mu.Unlock()
-	s := &session{t: t, gen: gen, conn: conn, lost: make(chan struct{}), blocked: newGate(), frameMax: conn.Config.FrameSize}
+	s := &session{t: t, gen: gen, conn: conn, node: node, lost: make(chan struct{}), blocked: newGate(), frameMax: conn.Config.FrameSize}
 
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
@@ -109,6 +112,9 @@ func (s *session) channel() (*amqp.Channel, error) {
 // isLost reports whether the connection has closed, even if the goroutine
 // watching it has not yet closed s.lost.
 func (s *session) isLost() bool { return s.conn.IsClosed() }
+
+// nodeAddr is the address (host:port) of the node s is connected to.
+func (s *session) nodeAddr() string { return s.t.url.nodes[s.node].addr }
 
 // lostUnreadable reports whether the connection, which has closed, was lost
 // because amqp091 could not read a frame the broker sent: a header it

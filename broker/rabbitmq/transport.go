@@ -16,6 +16,7 @@ import (
 type Transport struct {
 	cfg Config
 	url brokerURL
+	tls *tlsSettings // nil for amqp://
 	log *slog.Logger
 
 	// ctx is cancelled by Close; every background goroutine and every wait
@@ -40,8 +41,24 @@ type Transport struct {
 
 var _ transport.Transport = (*Transport)(nil)
 
-// Name returns the broker URL without its password.
+// Name returns the broker URL, with every node of its list, without its
+// password and query.
 func (t *Transport) Name() string { return t.url.redacted }
+
+// Node returns the address (host:port) of the node the transport is
+// connected to, or "" while it is between connections or closed.
+func (t *Transport) Node() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cur == nil {
+		return ""
+	}
+	return t.url.nodes[t.cur.node].addr
+}
+
+// Nodes returns the address (host:port) of every node of the URL's list,
+// in the order they are dialled.
+func (t *Transport) Nodes() []string { return t.url.addrs() }
 
 // LocalAddr returns the local address of the current connection, which is
 // how the broker names it ("127.0.0.1:PORT -> 127.0.0.1:5672"), or nil while

@@ -1,0 +1,176 @@
+package rabbitmq
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// The query parameters of an amqps:// URL that configure TLS: the names
+// amqp091-go, RabbitMQ's URI specification and the other AceMQ clients read.
+const (
+	QueryCACertFile = "cacertfile"
+	QueryCertFile   = "certfile"
+	QueryKeyFile    = "keyfile"
+	QueryServerName = "server_name_indication"
+)
+
+// ErrInvalidTLS is what every error about TLS settings matches with
+// errors.Is: a file that cannot be read or holds no PEM certificate, a
+// certificate without its key, or TLS settings on an amqp:// URL (which
+// would otherwise connect without TLS).
+var ErrInvalidTLS = errors.New("rabbitmq: invalid TLS settings")
+
+// tlsSettings are a transport's TLS settings: Config's, with the URL's
+// query parameters winning.
+type tlsSettings struct {
+	base                                  *tls.Config
+	caFile, certFile, keyFile, serverName string
+}
+
+// newTLSSettings merges the TLS settings of u's query and cfg and checks
+// that they can be loaded. It returns nil for an amqp:// URL, and refuses
+// one that asks for anything TLS: a client that was told to verify the
+// broker never connects without TLS instead.
+func newTLSSettings(u brokerURL, cfg Config) (*tlsSettings, error) {
+	s := &tlsSettings{base: cfg.TLS, caFile: cfg.CAFile, certFile: cfg.CertFile, keyFile: cfg.KeyFile, serverName: cfg.ServerName}
+	var given []string
+	for _, p := range []struct {
+		param, field string
+		to           *string
+	}{
+		{QueryCACertFile, "CAFile", &s.caFile},
+		{QueryCertFile, "CertFile", &s.certFile},
+		{QueryKeyFile, "KeyFile", &s.keyFile},
+		{QueryServerName, "ServerName", &s.serverName},
+	} {
+		if v := u.query.Get(p.param); v != "" {
+			*p.to = v
+			given = append(given, p.param)
+		} else if *p.to != "" {
+			given = append(given, "Config."+p.field)
+		}
+	}
+	if u.scheme != "amqps" {
+		if cfg.TLS != nil {
+			given = append(given, "Config.TLS")
+		}
+		if len(given) > 0 {
+			return nil, fmt.Errorf("%w: %s given for %s, which connects without TLS: use amqps://", ErrInvalidTLS, strings.Join(given, ", "), u.redacted)
+		}
+		return nil, nil
+	}
+	if _, err := s.config(""); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// config builds the tls.Config for a handshake with a node whose host is
+// host, reading the files again so that a renewed certificate is used on
+// the next connection.
+func (s *tlsSettings) config(host string) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if s.base != nil {
+		c = s.base.Clone()
+	}
+	if s.caFile != "" {
+		pem, err := os.ReadFile(s.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: CA file (%s): %w", ErrInvalidTLS, QueryCACertFile, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: CA file %s (%s) holds no PEM certificate", ErrInvalidTLS, s.caFile, QueryCACertFile)
+		}
+		c.RootCAs = pool
+	}
+	switch {
+	case s.certFile != "" && s.keyFile != "":
+		// Its errors name the problem, never the key's bytes.
+		pair, err := tls.LoadX509KeyPair(s.certFile, s.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: client certificate %s and key %s (%s, %s): %w", ErrInvalidTLS, s.certFile, s.keyFile, QueryCertFile, QueryKeyFile, err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	case s.certFile != "":
+		return nil, fmt.Errorf("%w: client certificate %s given without its key (%s)", ErrInvalidTLS, s.certFile, QueryKeyFile)
+	case s.keyFile != "":
+		return nil, fmt.Errorf("%w: client key %s given without its certificate (%s)", ErrInvalidTLS, s.keyFile, QueryCertFile)
+	}
+	switch {
+	case s.serverName != "":
+		c.ServerName = s.serverName
+	case c.ServerName == "":
+		c.ServerName = host
+	}
+	return c, nil
+}
+
+// TLSError is a TLS handshake with a node that failed: its certificate does
+// not verify (an unknown CA, another host's name, expired), it does not
+// speak TLS on that port, or it refused the client's certificate. The
+// transport never falls back to plain AMQP.
+type TLSError struct {
+	// Node is the node's host:port; ServerName the name its certificate
+	// was checked against.
+	Node       string
+	ServerName string
+	Err        error
+}
+
+// Error names the node, the server name, what went wrong and the TLS
+// library's own words.
+func (e *TLSError) Error() string {
+	return fmt.Sprintf("TLS handshake with %s (server name %q) failed: %s: %v", e.Node, e.ServerName, e.problem(), e.Err)
+}
+
+// Unwrap returns the TLS library's error.
+func (e *TLSError) Unwrap() error { return e.Err }
+
+// problem says in words what the TLS library's error means.
+func (e *TLSError) problem() string {
+	var (
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		record   tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(e.Err, &unknown):
+		return "its certificate is not signed by a trusted CA (set " + QueryCACertFile + " to the CA that signed it)"
+	case errors.As(e.Err, &hostname):
+		return "its certificate is not issued to that name (set " + QueryServerName + " to a name it is issued to)"
+	case errors.As(e.Err, &invalid), errors.As(e.Err, &verify):
+		return "its certificate does not verify"
+	case errors.As(e.Err, &record):
+		return "it does not speak TLS on this port (a plain AMQP port?)"
+	default:
+		return "the node refused the handshake (does it require a client certificate this one does not satisfy?)"
+	}
+}
+
+// tlsFailure wraps err as a *TLSError when it is a TLS failure: a
+// handshake error, or (TLS 1.3 sends its verdict on the client's
+// certificate after the handshake) an alert the node sent while the AMQP
+// handshake read its first frame, which amqp091 reports only as text.
+func tlsFailure(err error, node, serverName string) error {
+	var (
+		alert    tls.AlertError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		record   tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &alert), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid),
+		errors.As(err, &verify), errors.As(err, &record), strings.Contains(err.Error(), "remote error: tls:"):
+		return &TLSError{Node: node, ServerName: serverName, Err: err}
+	}
+	return err
+}

@@ -99,6 +99,8 @@ type app struct {
 	// databaseURL is --database-url: PostgreSQL for the run journal and the
 	// idempotency store ("" = in memory).
 	databaseURL string
+	// brokerTLS is TLS to an amqps:// broker (--broker-ca-file, ...).
+	brokerTLS brokerTLS
 	// meterProvider receives the metrics of the connections the command
 	// opens, and so of their engines (nil = the otel globals): set by a
 	// command that serves /metrics.
@@ -119,6 +121,7 @@ func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 	}
 	root.PersistentFlags().Var(levelFlag{level: &a.logLevel, set: &a.logLevelSet}, "log-level", "least severe log level written to stderr: debug, info, warn or error (worker: info unless given)")
 	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL for the run journal and the idempotency store, shared by every worker (default: in this process's memory)")
+	a.brokerTLS.add(root.PersistentFlags())
 	root.AddCommand(a.versionCommand(), a.topologyCommand(), a.demoCommand(),
 		a.migrateCommand(), a.workerCommand(), a.flowsCommand(), a.startCommand(), a.runsCommand(),
 		a.replayCommand(), a.compensateCommand(), a.scheduleCommand(), a.dashboardCommand(), a.devCommand(), a.topCommand())
@@ -202,6 +205,9 @@ func (a *app) openWith(cmd *cobra.Command, url string, cfg broker.Config) (*brok
 		fmt.Fprintln(cmd.ErrOrStderr(), "using the embedded in-process broker (set ACEMQ_URL to use RabbitMQ)")
 	}
 	cfg.Logger = a.logger(cmd)
+	if err := a.brokerTLS.apply(url, &cfg.RabbitMQ); err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
 	if cfg.MeterProvider == nil {
 		cfg.MeterProvider = a.meterProvider
 	}
@@ -222,7 +228,7 @@ func closeConn(ctx context.Context, conn *broker.Conn, err *error) {
 
 // addURLFlag registers --url on cmd.
 func addURLFlag(cmd *cobra.Command, url *string) {
-	cmd.Flags().StringVar(url, "url", "", "broker URL: amqp://user:password@host:5672/vhost for RabbitMQ, "+EmbeddedURL+" for the embedded broker (default: the embedded broker)")
+	cmd.Flags().StringVar(url, "url", "", "broker URL: amqp://user:password@host:5672/vhost for RabbitMQ (a cluster's nodes: amqp://user:password@host1:5672,host2:5672/vhost; TLS: amqps://), "+EmbeddedURL+" for the embedded broker (default: the embedded broker)")
 }
 
 // addLadderFlag registers --ladder on fs.

@@ -384,12 +384,13 @@ func TestAnUnreachableDatabaseNamesTheFlag(t *testing.T) {
 func TestRedactedErrorKeepsItsCause(t *testing.T) {
 	t.Parallel()
 	cause := errors.New("password authentication failed for hunter2")
-	d := &database{secret: "hunter2"}
-	err := d.errorf("connect: %w", cause)
+	d := &database{secrets: []string{"hunter2", "k3y-pw"}}
+	err := d.errorf("connect: %w (key k3y-pw)", cause)
 	require.ErrorIs(t, err, cause)
-	require.Equal(t, "--database-url / ACEMQ_DATABASE_URL: connect: password authentication failed for xxxxx", err.Error())
-	require.Equal(t, "s3cret", urlPassword("postgres://u:s3cret@h/db"))
-	require.Empty(t, urlPassword("host=h password=x"))
+	require.Equal(t, "--database-url / ACEMQ_DATABASE_URL: connect: password authentication failed for xxxxx (key xxxxx)", err.Error())
+	require.Equal(t, []string{"s3cret", "k3y"}, connSecrets("postgres://u:s3cret@h/db?sslmode=verify-full&sslpassword=k3y"))
+	require.Equal(t, []string{"x", "y"}, connSecrets("host=h password=x sslpassword='y'"))
+	require.Empty(t, connSecrets("postgres://u@h/db"))
 }
 
 func TestReplayAndCompensateWithoutADatabaseSearchTheDeadLetterQueues(t *testing.T) {

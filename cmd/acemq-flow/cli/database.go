@@ -54,8 +54,9 @@ type database struct {
 	// name is the database for messages: user, host, port and database,
 	// never the password.
 	name string
-	// secret is the password, taken out of every error's text.
-	secret string
+	// secrets are the password and the key's password (sslpassword),
+	// taken out of every error's text.
+	secrets []string
 }
 
 // openDatabase connects to --database-url, or returns nil when none was
@@ -65,14 +66,14 @@ func (a *app) openDatabase(cmd *cobra.Command) (*database, error) {
 	if a.databaseURL == "" {
 		return nil, nil
 	}
-	d := &database{name: "the database", secret: urlPassword(a.databaseURL)}
+	d := &database{name: "the database", secrets: connSecrets(a.databaseURL)}
 	cfg, err := pgxpool.ParseConfig(a.databaseURL)
 	if err != nil {
 		return nil, d.errorf("%w", err)
 	}
 	cc := cfg.ConnConfig
 	if cc.Password != "" {
-		d.secret = cc.Password
+		d.secrets = append(d.secrets, cc.Password)
 	}
 	d.name = (&url.URL{Scheme: "postgres", User: url.User(cc.User), Host: net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), Path: "/" + cc.Database}).String()
 	ctx, cancel := context.WithTimeout(cmd.Context(), databaseConnectTimeout)
@@ -89,25 +90,42 @@ func (a *app) openDatabase(cmd *cobra.Command) (*database, error) {
 	return d, nil
 }
 
-// urlPassword is the password of a URL-form connection string, "" when
-// it has none or is not a URL.
-func urlPassword(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return ""
+// connSecrets are the password and sslpassword (which decrypts sslkey) of
+// a connection string, URL or keyword/value form, as far as they can be
+// read without parsing it as pgx does: pgx's own errors already hide the
+// password, and these are taken out of whatever else an error says.
+func connSecrets(raw string) []string {
+	var out []string
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" {
+		if p, ok := u.User.Password(); ok && p != "" {
+			out = append(out, p)
+		}
+		if p := u.Query().Get("sslpassword"); p != "" {
+			out = append(out, p)
+		}
+		return out
 	}
-	p, _ := u.User.Password()
-	return p
+	for _, kv := range strings.Fields(raw) {
+		k, v, _ := strings.Cut(kv, "=")
+		if (k == "password" || k == "sslpassword") && strings.Trim(v, "'") != "" {
+			out = append(out, strings.Trim(v, "'"))
+		}
+	}
+	return out
 }
 
 // errorf is an error about the database that names the flag and never
-// shows the password.
+// shows the password or sslpassword.
 func (d *database) errorf(format string, args ...any) error {
 	err := fmt.Errorf(databaseFlag+": "+format, args...)
-	if d.secret == "" || !strings.Contains(err.Error(), d.secret) {
+	msg := err.Error()
+	for _, s := range d.secrets {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	if msg == err.Error() {
 		return err
 	}
-	return &redactedError{msg: strings.ReplaceAll(err.Error(), d.secret, "xxxxx"), err: err}
+	return &redactedError{msg: msg, err: err}
 }
 
 // redactedError is an error whose text had a secret taken out; errors.Is

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/rabbitmq"
 	"github.com/acemq/acemq-flow/engine"
 )
 
@@ -21,6 +24,49 @@ type brokerFlags struct {
 func (f *brokerFlags) add(cmd *cobra.Command) {
 	addURLFlag(cmd, &f.url)
 	addLadderFlag(cmd.Flags(), &f.ladder)
+}
+
+// brokerTLS is TLS to the broker for an amqps:// --url, from the global
+// flags --broker-ca-file, --broker-cert-file, --broker-key-file and
+// --broker-server-name (ACEMQ_BROKER_CA_FILE, ...). The URL's query
+// parameters (cacertfile, certfile, keyfile, server_name_indication) win
+// over them. PostgreSQL takes its TLS settings in --database-url
+// (sslmode, sslrootcert, sslcert, sslkey).
+type brokerTLS struct {
+	caFile, certFile, keyFile, serverName string
+}
+
+// add registers the flags on fs.
+func (b *brokerTLS) add(fs *pflag.FlagSet) {
+	fs.StringVar(&b.caFile, "broker-ca-file", "", "PEM file of the CAs that sign the broker's certificates, for an amqps:// --url (default: the system's CAs)")
+	fs.StringVar(&b.certFile, "broker-cert-file", "", "PEM client certificate for an amqps:// --url whose broker asks for one (with --broker-key-file)")
+	fs.StringVar(&b.keyFile, "broker-key-file", "", "PEM key of --broker-cert-file")
+	fs.StringVar(&b.serverName, "broker-server-name", "", "name the broker's certificates must be issued to, for an amqps:// --url (default: each node's host)")
+}
+
+// apply puts the settings into cfg for a connection to url. It refuses
+// them for an amqp:// url, which would connect without TLS, naming the
+// flag; the embedded broker (memory://) ignores them.
+func (b brokerTLS) apply(url string, cfg *rabbitmq.Config) error {
+	scheme, _, _ := strings.Cut(url, "://")
+	if scheme != "amqps" {
+		var given []string
+		for _, f := range []struct{ flag, value string }{
+			{"--broker-ca-file", b.caFile}, {"--broker-cert-file", b.certFile},
+			{"--broker-key-file", b.keyFile}, {"--broker-server-name", b.serverName},
+		} {
+			if f.value != "" {
+				given = append(given, fmt.Sprintf("%s (%s)", f.flag, envName(strings.TrimPrefix(f.flag, "--"))))
+			}
+		}
+		if len(given) > 0 && scheme == "amqp" {
+			return fmt.Errorf("%w: %s asks for TLS, but the broker URL is amqp://, which connects without it: use amqps://",
+				rabbitmq.ErrInvalidTLS, strings.Join(given, ", "))
+		}
+		return nil
+	}
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.ServerName = b.caFile, b.certFile, b.keyFile, b.serverName
+	return nil
 }
 
 // sessionConfig says what a command needs of its engine.

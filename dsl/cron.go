@@ -92,7 +92,9 @@ type CronSpec struct {
 func (c CronSpec) Next(t time.Time) time.Time { return c.sched.Next(t) }
 
 // Payload is the input of the run started for tick.
-func (c CronSpec) Payload(ctx context.Context, tick time.Time) (any, error) { return c.payload(ctx, tick) }
+func (c CronSpec) Payload(ctx context.Context, tick time.Time) (any, error) {
+	return c.payload(ctx, tick)
+}
 
 // Crons is the flow's cron triggers.
 func (f *FlowDef) Crons() []CronSpec { return append([]CronSpec(nil), f.crons...) }

@@ -104,6 +104,8 @@ func TestBuildErrors(t *testing.T) {
 			`flow "f": delay after step "a": delay 1ms, want at least 1s (the scheduler ladder's shortest rung)`},
 		{"When on External", dsl.Flow("f", dsl.Step("a", pass), dsl.External("inv").When(`true`)),
 			`flow "f": step "inv": When on an External step: the other service, not this flow, decides whether it runs`},
+		{"Transactional on External", dsl.Flow("f", dsl.Step("a", pass), dsl.External("inv").Transactional()),
+			`flow "f": step "inv": Transactional on an External step: it runs in another service, outside this flow's transactions`},
 		{"When after External", dsl.Flow("f", dsl.Step("a", pass), dsl.External("inv"), dsl.Step("b", pass).When(`true`)),
 			`flow "f": step "b": a When or a delay after External step "inv": the other service makes that hop and knows nothing of them`},
 		{"delay after External", dsl.Flow("f", dsl.Step("a", pass), dsl.External("inv"), dsl.Delay(time.Minute), dsl.Step("b", pass)),

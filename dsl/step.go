@@ -142,6 +142,25 @@ func (s *StepDef[In, Out]) When(cond string) *StepDef[In, Out] {
 	return s
 }
 
+// Transactional runs the step, and its compensation, in a database
+// transaction that also records that it ran: whatever the step writes
+// through the transaction (persistence.Tx(ctx) reads it) commits together
+// with that record or not at all. A worker killed at any instant then
+// applies the step's writes exactly once: before the commit nothing
+// happened and the step runs again; after it, a redelivery passes on what
+// was committed. Effects outside that database (an HTTP call, an email)
+// are still at least once. The engine refuses the flow unless its
+// idempotency store can run transactions (persistence.SQLIdempotencyStore).
+// An External step cannot be Transactional: it runs elsewhere.
+func (s *StepDef[In, Out]) Transactional() *StepDef[In, Out] {
+	if s.spec.External {
+		s.errs = append(s.errs, errors.New("Transactional on an External step: it runs in another service, outside this flow's transactions"))
+		return s
+	}
+	s.spec.Transactional = true
+	return s
+}
+
 // OrderedBy handles the step's messages with the same key one at a time, in
 // queue order, at any concurrency: key is an expr-lang expression over the
 // payload (payload.customer_id).
@@ -240,6 +259,9 @@ type StepSpec struct {
 	Concurrency, Prefetch int
 	// Compensable says the step has a compensation.
 	Compensable bool
+	// Transactional runs the step and its compensation in a database
+	// transaction with the record that they ran (see StepDef.Transactional).
+	Transactional bool
 
 	whenSrc, orderSrc, delayUntilSrc string
 	run                              func(ctx context.Context, decode func(any) error) (any, error)

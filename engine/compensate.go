@@ -103,6 +103,14 @@ type compAttempt struct {
 	cs     compState
 	result string
 	last   bool
+	// expect, err, reason and delay: what the handler recorded before it
+	// returned, as attempt's.
+	expect string
+	err    error
+	reason string
+	delay  time.Duration
+	// confirm is the key to confirm once the event is recorded.
+	confirm string
 }
 
 func newCompRunner(e *Engine, f *flow, i int) *compRunner {
@@ -111,10 +119,37 @@ func newCompRunner(e *Engine, f *flow, i int) *compRunner {
 }
 
 // handle undoes one step, then sends the run on to the compensation of the
-// step that completed before it.
+// step that completed before it. As a step's, what it came to is in the
+// journal before the broker hears of it.
 func (c *compRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
+	start := time.Now()
 	a := &compAttempt{result: compMalformed}
 	c.attempts.Store(m, a)
+	ack := c.decide(ctx, m, a)
+	switch a.result {
+	case compDone, compSuperseded, compResent:
+		a.expect = broker.OutcomeLabelAccepted
+	}
+	if a.expect != "" {
+		s := broker.Settlement{Queue: c.queue, Message: m, Started: start, Outcome: a.expect, Err: a.err, Reason: a.reason, Delay: a.delay}
+		if e, ok := c.event(ctx, m, a, s); ok {
+			if err := c.e.writer.RecordSync(ctx, e); err != nil {
+				c.e.log.Warn("journal event of a compensation not written before its settlement; it is still queued",
+					slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.String("step", c.spec.Name), slog.Any("error", err))
+				if a.confirm != "" {
+					a.expect = ""
+					return broker.InProgress(c.e.cfg.InProgressDelay)
+				}
+			}
+		}
+	}
+	if a.confirm != "" {
+		c.e.confirm(ctx, a.confirm)
+	}
+	return ack
+}
+
+func (c *compRunner) decide(ctx context.Context, m *broker.Message, a *compAttempt) broker.Ack {
 	found, err := readJSONHeader(m.Headers, HeaderCompensation, &a.cs)
 	if !found || err != nil || !journal.Text(m.RunID) || m.RunID == "" {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensation of %q: no readable %s and run id (%v)", c.f.name, c.spec.Name, HeaderCompensation, err)))
@@ -141,23 +176,72 @@ func (c *compRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 		a.result = compBusy
 		return broker.InProgress(c.e.cfg.InProgressDelay)
 	}
+	var (
+		k               kept
+		compErr, giveUp error
+	)
+	if c.spec.Transactional {
+		err := c.e.store.(patterns.TxStore).CompleteInTx(ctx, key, func(ctx context.Context) ([]byte, error) {
+			if k, compErr, giveUp = c.work(ctx, m, a); compErr != nil || giveUp != nil {
+				return nil, errRollBack
+			}
+			return k.encode()
+		})
+		switch {
+		case compErr != nil || giveUp != nil:
+		case errors.Is(err, patterns.ErrClaimLost):
+			a.result = compBusy
+			return broker.InProgress(c.e.cfg.InProgressDelay)
+		case err != nil:
+			c.e.forget(ctx, key)
+			return broker.Retry(&patterns.StepError{Step: compensateKey + "." + c.spec.Name, Err: fmt.Errorf("transaction: %w", err)})
+		}
+	} else {
+		k, compErr, giveUp = c.work(ctx, m, a)
+		if compErr == nil && giveUp == nil {
+			c.e.keep(ctx, key, k)
+		}
+	}
+	switch {
+	case compErr != nil:
+		return c.failed(ctx, m, key, a, compErr)
+	case giveUp != nil:
+		c.e.forget(ctx, key)
+		return broker.Reject(giveUp)
+	}
+	return c.carryOut(ctx, key, a, k, compDone)
+}
+
+// work undoes the step and works out the message for the compensation
+// after it, when there is one.
+func (c *compRunner) work(ctx context.Context, m *broker.Message, a *compAttempt) (k kept, compErr, giveUp error) {
 	c.e.metrics.active(ctx, c.f.name, compensateKey+"."+c.spec.Name, 1)
-	err = c.spec.Compensate(ctx, m.Decode)
+	err := c.spec.Compensate(ctx, m.Decode)
 	c.e.metrics.active(ctx, c.f.name, compensateKey+"."+c.spec.Name, -1)
 	if err != nil {
-		return c.failed(ctx, m, key, a, err)
+		return kept{}, err, nil
 	}
-	a.result = compDone
 	if a.last {
-		c.e.confirm(ctx, key)
-		return broker.Accept()
+		return keptOf(keptDone, hop{}, broker.Outgoing{}), nil, nil
 	}
 	out, err := c.next(ctx, m, a.cs)
 	if err != nil {
-		c.e.forget(ctx, key)
-		return broker.Reject(&patterns.HopError{Step: compensateKey + "." + c.spec.Name, Err: broker.Fatal(err)})
+		return kept{}, nil, &patterns.HopError{Step: compensateKey + "." + c.spec.Name, Err: broker.Fatal(err)}
 	}
-	return c.e.pass(ctx, key, compensateKey+"."+c.spec.Name, kept{out: out})
+	return keptOf(keptHop, hop{}, out), nil, nil
+}
+
+// carryOut sends the next compensation, when there is one, and has the
+// key confirmed once the event is recorded; result is what the handler
+// did, once that is done.
+func (c *compRunner) carryOut(ctx context.Context, key string, a *compAttempt, k kept, result string) broker.Ack {
+	if k.kind == keptHop {
+		if ack, ok := c.e.send(ctx, compensateKey+"."+c.spec.Name, k); !ok {
+			return ack
+		}
+	}
+	a.result, a.confirm = result, key
+	return broker.Accept()
 }
 
 // failed retries a compensation that failed, or gives it up: the step is
@@ -167,8 +251,10 @@ func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, 
 	c.e.forget(ctx, key)
 	var fatal *broker.FatalError
 	serr := &patterns.StepError{Step: compensateKey + "." + c.spec.Name, Err: err}
+	a.err = serr
 	if !errors.As(err, &fatal) && c.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) == "" {
 		a.result = compRetrying
+		a.expect, a.reason, a.delay = expected(serr, false, c.policy, m)
 		return broker.Retry(serr)
 	}
 	a.result = compGivenUp
@@ -190,6 +276,7 @@ func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, 
 	}
 	c.e.log.Error("compensation given up: the run is unresolved, a person has to look",
 		slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.String("step", c.spec.Name), slog.Any("error", err))
+	a.expect, a.reason, a.delay = expected(serr, true, c.policy, m)
 	return broker.Reject(serr)
 }
 
@@ -215,8 +302,7 @@ func (c *compRunner) duplicate(ctx context.Context, key string, a *compAttempt) 
 	if err != nil {
 		return broker.Reject(broker.Fatal(err))
 	}
-	a.result = compResent
-	return c.e.send(ctx, key, compensateKey+"."+c.spec.Name, k)
+	return c.carryOut(ctx, key, a, k, compResent)
 }
 
 // superseded reports whether a held compensation of a run is no longer

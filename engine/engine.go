@@ -211,6 +211,21 @@ func (e *Engine) Register(flows ...*dsl.FlowDef) error {
 	return nil
 }
 
+// canRun refuses to work a flow with a Transactional step unless the
+// store can run it. Starting its runs needs no such store.
+func (e *Engine) canRun(f *flow) error {
+	if _, ok := e.store.(patterns.TxStore); ok {
+		return nil
+	}
+	for _, s := range f.steps {
+		if s.Transactional {
+			return fmt.Errorf("%w: flow %q step %q is Transactional and the engine's Store is a %T; give it a persistence.SQLIdempotencyStore on the database the step writes to",
+				ErrNoTransactions, f.name, s.Name, e.store)
+		}
+	}
+	return nil
+}
+
 // flow returns the registered flow called name.
 func (e *Engine) flow(name string) (*flow, error) {
 	e.mu.RLock()

@@ -28,4 +28,7 @@ var (
 	// ErrMisrouted: a message reached a step its route does not put it at
 	// (it is given up: no retry can fix where it is).
 	ErrMisrouted = errors.New("message is not at this step")
+	// ErrNoTransactions: a flow has a Transactional step and the engine's
+	// Store cannot run one (it is not a patterns.TxStore).
+	ErrNoTransactions = errors.New("the idempotency store cannot run transactional steps")
 )

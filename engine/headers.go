@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -142,28 +143,118 @@ func carried(m *broker.Message) broker.Table {
 	return h
 }
 
+// What a kept record says became of the run at the step.
+const (
+	keptHop   byte = iota // a message to send on (the next step, a compensation)
+	keptDone              // the route is done: nothing to send
+	keptEnded             // the step ended the run (dsl.End)
+)
+
+// keptVersion starts a kept record that carries the hop's plan. A record
+// without it (written before there was a plan to keep) starts with the
+// top byte of its due time, always 0.
+const keptVersion byte = 1
+
 // kept is what the idempotency store holds for a step whose work is done:
-// the message it produced and when that message is due (zero: at once),
-// so that a redelivery sends exactly it again.
+// what became of the run (kind), the message it produced and when that
+// message is due (zero: at once), so that a redelivery sends exactly it
+// again, and where the run went (next position, skipped positions), so
+// that it records in the journal exactly what the first delivery did.
 type kept struct {
-	due time.Time
-	out broker.Outgoing
+	kind    byte
+	due     time.Time
+	out     broker.Outgoing
+	next    int
+	skipped []int
+	// planned is false for a record that did not carry the plan.
+	planned bool
 }
 
+// keptOf is what a step that produced plan (and, for a hop, out) keeps.
+func keptOf(kind byte, plan hop, out broker.Outgoing) kept {
+	return kept{kind: kind, due: plan.due, out: out, next: plan.next, skipped: plan.skipped, planned: true}
+}
+
+// plan is the hop the record kept.
+func (k kept) plan() hop { return hop{next: k.next, skipped: k.skipped, due: k.due} }
+
 func (k kept) encode() ([]byte, error) {
-	b, err := k.out.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
 	var due int64
 	if !k.due.IsZero() {
 		due = k.due.UnixMilli()
 	}
-	out := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(b)), uint64(due))
-	return append(out, b...), nil
+	b := append(make([]byte, 0, 64), keptVersion, k.kind)
+	b = binary.BigEndian.AppendUint64(b, uint64(due))
+	b = binary.AppendUvarint(b, uint64(k.next))
+	b = binary.AppendUvarint(b, uint64(len(k.skipped)))
+	for _, p := range k.skipped {
+		b = binary.AppendUvarint(b, uint64(p))
+	}
+	if k.kind != keptHop {
+		return b, nil
+	}
+	out, err := k.out.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return append(b, out...), nil
 }
 
 func decodeKept(b []byte) (kept, error) {
+	bad := func(what string) (kept, error) {
+		return kept{}, fmt.Errorf("%w: kept record of %d bytes: %s", broker.ErrUnreadableEnvelope, len(b), what)
+	}
+	if len(b) > 0 && b[0] != keptVersion {
+		return decodeUnplanned(b)
+	}
+	if len(b) < 10 {
+		return bad("too short")
+	}
+	k := kept{kind: b[1], planned: true}
+	if due := int64(binary.BigEndian.Uint64(b[2:])); due != 0 {
+		k.due = time.UnixMilli(due)
+	}
+	rest := b[10:]
+	uvarint := func() (int, bool) {
+		v, n := binary.Uvarint(rest)
+		if n <= 0 || v > math.MaxInt32 {
+			return 0, false
+		}
+		rest = rest[n:]
+		return int(v), true
+	}
+	var ok bool
+	if k.next, ok = uvarint(); !ok {
+		return bad("next position")
+	}
+	n, ok := uvarint()
+	if !ok || n > len(rest) {
+		return bad("skipped positions")
+	}
+	for range n {
+		p, ok := uvarint()
+		if !ok {
+			return bad("skipped position")
+		}
+		k.skipped = append(k.skipped, p)
+	}
+	switch k.kind {
+	case keptDone, keptEnded:
+		return k, nil
+	case keptHop:
+	default:
+		return bad(fmt.Sprintf("kind %d", k.kind))
+	}
+	if err := k.out.UnmarshalBinary(rest); err != nil {
+		return kept{}, err
+	}
+	k.out.Mandatory = true
+	return k, nil
+}
+
+// decodeUnplanned reads a record kept without its plan: the due time and
+// the message.
+func decodeUnplanned(b []byte) (kept, error) {
 	if len(b) < 8 {
 		return kept{}, fmt.Errorf("%w: kept hop of %d bytes", broker.ErrUnreadableEnvelope, len(b))
 	}

@@ -23,7 +23,8 @@ func (e *Engine) record(ctx context.Context, events ...journal.Event) {
 }
 
 // settled records what became of one delivery of a step, once its
-// consumer carried it out.
+// consumer carried it out, unless the handler recorded exactly that before
+// it returned.
 func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 	m := s.Message
 	if m == nil {
@@ -33,7 +34,7 @@ func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 	if v, ok := r.attempts.LoadAndDelete(m); ok {
 		a = v.(*attempt)
 	}
-	if m.RunID == "" {
+	if m.RunID == "" || a != nil && a.expect == s.Outcome {
 		return
 	}
 	if a == nil {
@@ -41,6 +42,12 @@ func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 		a = &attempt{replays: replays(m.Headers), result: resultFailed}
 		a.route, a.pos, _, _ = position(m)
 	}
+	r.e.record(ctx, r.events(ctx, m, a, s)...)
+}
+
+// events are the journal events of one delivery of a step, a the
+// handler's view of it and s what the consumer did with it (or will do).
+func (r *stepRunner) events(ctx context.Context, m *broker.Message, a *attempt, s broker.Settlement) []journal.Event {
 	now := time.Now()
 	base := journal.Event{
 		RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: r.spec.Name, Attempt: m.Attempt,
@@ -83,9 +90,9 @@ func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 		events = append(events, r.givenUp(ctx, m, a, base, s)...)
 	default:
 		// Put back or unsettled: it comes again, and is recorded then.
-		return
+		return nil
 	}
-	r.e.record(ctx, events...)
+	return events
 }
 
 func errText(err error) string {
@@ -191,7 +198,8 @@ func (f *flow) external(name string) bool {
 	return ok && f.steps[i].External
 }
 
-// settled records what became of one delivery of a compensation.
+// settled records what became of one delivery of a compensation, unless
+// the handler recorded exactly that before it returned.
 func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
 	m := s.Message
 	if m == nil {
@@ -202,8 +210,20 @@ func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
 		return
 	}
 	a := v.(*compAttempt)
-	if a.result == compMalformed || a.result == compDuplicate || a.result == compBusy {
+	if a.expect == s.Outcome {
 		return
+	}
+	if e, ok := c.event(ctx, m, a, s); ok {
+		c.e.record(ctx, e)
+	}
+}
+
+// event is the journal event of one delivery of a compensation, a the
+// handler's view of it and s what the consumer did with it (or will do);
+// false when there is nothing to record.
+func (c *compRunner) event(ctx context.Context, m *broker.Message, a *compAttempt, s broker.Settlement) (journal.Event, bool) {
+	if a.result == compMalformed || a.result == compDuplicate || a.result == compBusy {
+		return journal.Event{}, false
 	}
 	now := time.Now()
 	e := journal.Event{
@@ -232,7 +252,7 @@ func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
 	case s.Outcome == broker.OutcomeLabelAccepted:
 		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "compensated")
 	default:
-		return
+		return journal.Event{}, false
 	}
 	if a.last && e.Status != "" && s.Outcome != broker.OutcomeLabelRetried {
 		e.Status = journal.Compensated
@@ -240,7 +260,7 @@ func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
 			e.Status = journal.Unresolved
 		}
 	}
-	c.e.record(ctx, e)
+	return e, true
 }
 
 // settled records a compensate-now request.

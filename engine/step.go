@@ -52,13 +52,25 @@ type attempt struct {
 	replays int
 	result  string
 	plan    hop
-	// resentTo is the step a kept hop was sent again to.
+	// resentTo is the step a kept hop was sent again to, when the kept
+	// record did not say where the run went (see kept.planned).
 	resentTo string
 	// compensation is "started" or "held" when this failure began the
 	// run's compensation; holdUntil is when a held one starts.
 	compensation string
 	holdUntil    time.Time
 	hasComp      bool
+	// expect is the consumer's outcome (a broker.OutcomeLabel) the
+	// handler's events were recorded for before it returned, with the
+	// reason and retry delay they say; the settle hook records again only
+	// when the consumer did something else. Empty when the handler
+	// recorded nothing.
+	expect string
+	err    error
+	reason string
+	delay  time.Duration
+	// confirm is the key to confirm once the events are recorded.
+	confirm string
 }
 
 func newStepRunner(e *Engine, f *flow, i int) *stepRunner {
@@ -66,10 +78,43 @@ func newStepRunner(e *Engine, f *flow, i int) *stepRunner {
 	return &stepRunner{e: e, f: f, spec: s, policy: f.retry[i], queue: f.queue(s.Name), spanName: "step " + f.name + "/" + s.Name}
 }
 
-// handle is the step's broker.Handler.
+// handle is the step's broker.Handler. What the delivery came to is in the
+// journal before the handler returns, and so before the broker hears of
+// it: a worker killed, or a connection lost, between the two leaves a
+// redelivery and a complete journal, never a run whose step is done and
+// unrecorded. Only then is the step's key confirmed, so that a redelivery
+// of a step whose events were not yet written writes them.
 func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
+	start := time.Now()
 	a := &attempt{replays: replays(m.Headers), result: resultFailed}
 	r.attempts.Store(m, a)
+	ack := r.decide(ctx, m, a)
+	switch a.result {
+	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled:
+		a.expect = broker.OutcomeLabelAccepted
+	}
+	if a.expect != "" {
+		s := broker.Settlement{Queue: r.queue, Message: m, Started: start, Outcome: a.expect, Err: a.err, Reason: a.reason, Delay: a.delay}
+		if err := r.e.writer.RecordSync(ctx, r.events(ctx, m, a, s)...); err != nil {
+			r.e.log.Warn("journal events of a step not written before its settlement; they are still queued",
+				slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.String("step", r.spec.Name), slog.Any("error", err))
+			if a.confirm != "" {
+				// The step's outcome is kept under its key: put the message
+				// back, and its redelivery records the events (again).
+				a.expect = ""
+				return broker.InProgress(r.e.cfg.InProgressDelay)
+			}
+		}
+	}
+	if a.confirm != "" {
+		r.e.confirm(ctx, a.confirm)
+	}
+	return ack
+}
+
+// decide works out what becomes of a delivery: it runs the step unless it
+// ran before, and passes what it produced on.
+func (r *stepRunner) decide(ctx context.Context, m *broker.Message, a *attempt) broker.Ack {
 	route, pos, slip, err := position(m)
 	if err != nil {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
@@ -112,7 +157,13 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	}
 }
 
-// run runs the step holding its key, and passes what it produced on.
+// errRollBack rolls a transactional step's transaction back: the step
+// failed, or what it produced cannot go on.
+var errRollBack = errors.New("step failed: roll back")
+
+// run runs the step holding its key, keeps what it produced under the key
+// (in the step's own transaction when it is Transactional) and carries it
+// out.
 func (r *stepRunner) run(ctx context.Context, m *broker.Message, key string, a *attempt, slip *patterns.RoutingSlip, st runState) broker.Ack {
 	ctx, span := r.e.tracer.Start(ctx, r.spanName)
 	defer span.End()
@@ -120,59 +171,112 @@ func (r *stepRunner) run(ctx context.Context, m *broker.Message, key string, a *
 		span.SetAttributes(attribute.String("acemq.flow", r.f.name), attribute.String("acemq.step", r.spec.Name),
 			attribute.String("acemq.run_id", m.RunID), attribute.Int("acemq.attempt", m.Attempt))
 	}
+	var (
+		k                 kept
+		stepErr, giveUpEr error
+	)
+	if r.spec.Transactional {
+		err := r.e.store.(patterns.TxStore).CompleteInTx(ctx, key, func(ctx context.Context) ([]byte, error) {
+			if k, stepErr, giveUpEr = r.work(ctx, m, a, slip, st); stepErr != nil || giveUpEr != nil {
+				return nil, errRollBack
+			}
+			return k.encode()
+		})
+		switch {
+		case stepErr != nil || giveUpEr != nil:
+		case errors.Is(err, patterns.ErrClaimLost):
+			// Another delivery holds the step now; its outcome counts.
+			a.result = resultBusy
+			return broker.InProgress(r.e.cfg.InProgressDelay).As(broker.OutcomeLabelInProgress)
+		case err != nil:
+			// Committed or not, the key is either done (a redelivery
+			// passes on what was kept) or still ours to let go.
+			r.e.forget(ctx, key)
+			return broker.Retry(&patterns.StepError{Step: r.spec.Name, Err: fmt.Errorf("transaction: %w", err)})
+		}
+	} else {
+		k, stepErr, giveUpEr = r.work(ctx, m, a, slip, st)
+		if stepErr == nil && giveUpEr == nil {
+			r.e.keep(ctx, key, k)
+		}
+	}
+	switch {
+	case stepErr != nil:
+		span.RecordError(stepErr)
+		span.SetStatus(codes.Error, stepErr.Error())
+		return r.failed(ctx, m, key, a, st, stepErr)
+	case giveUpEr != nil:
+		r.e.forget(ctx, key)
+		return broker.Reject(giveUpEr)
+	}
+	return r.carryOut(ctx, key, a, k)
+}
+
+// work runs the step's function and works out what follows: k is what the
+// run came to at this step. stepErr is the step's own failure (retried or
+// given up by its policy); giveUp is a result that cannot go on, on this
+// attempt or any other.
+func (r *stepRunner) work(ctx context.Context, m *broker.Message, a *attempt, slip *patterns.RoutingSlip, st runState) (k kept, stepErr, giveUp error) {
 	out, err := r.call(ctx, m)
 	switch {
 	case errors.Is(err, dsl.End):
-		r.e.confirm(ctx, key)
-		a.result = resultEnded
-		return broker.Accept()
+		return keptOf(keptEnded, hop{}, broker.Outgoing{}), nil, nil
 	case err != nil:
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		return r.failed(ctx, m, key, a, st, err)
+		return kept{}, err, nil
 	}
 	if end, err := ended(out); end || err != nil {
 		if err != nil {
-			r.e.forget(ctx, key)
-			return broker.Reject(&patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)})
+			return kept{}, nil, &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)}
 		}
-		r.e.confirm(ctx, key)
-		a.result = resultEnded
-		return broker.Accept()
+		return keptOf(keptEnded, hop{}, broker.Outgoing{}), nil, nil
 	}
+	plan := hop{next: a.pos + 1}
 	if slip == nil {
-		if a.plan, err = r.f.plan(a.route, a.pos, out, time.Now()); err != nil {
+		if plan, err = r.f.plan(a.route, a.pos, out, time.Now()); err != nil {
 			// The work is done but where it goes cannot be worked out, on
 			// this attempt or any other: give it up for a person to see.
-			r.e.forget(ctx, key)
-			return broker.Reject(&patterns.HopError{Step: r.spec.Name, To: "?", Err: broker.Fatal(err)})
+			return kept{}, nil, &patterns.HopError{Step: r.spec.Name, To: "?", Err: broker.Fatal(err)}
 		}
-	} else {
-		a.plan = hop{next: a.pos + 1}
 	}
 	if r.spec.Compensable {
 		entry, err := r.f.entry(r.spec.Name, out)
 		if err != nil {
-			r.e.forget(ctx, key)
-			return broker.Reject(&patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)})
+			return kept{}, nil, &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)}
 		}
 		st.Compensate = append(st.Compensate, entry)
 	}
-	if a.plan.next == len(a.route) {
-		r.e.confirm(ctx, key)
-		a.result = resultDone
-		return broker.Accept()
+	if plan.next == len(a.route) {
+		return keptOf(keptDone, plan, broker.Outgoing{}), nil, nil
 	}
-	out2, err := r.f.hopMessage(ctx, r.e.conn, m, a.route, a.plan.next, out, st, slip)
+	next, err := r.f.hopMessage(ctx, r.e.conn, m, a.route, plan.next, out, st, slip)
 	if err != nil {
-		r.e.forget(ctx, key)
-		return broker.Reject(&patterns.HopError{Step: r.spec.Name, To: a.route[a.plan.next], Err: broker.Fatal(err)})
+		return kept{}, nil, &patterns.HopError{Step: r.spec.Name, To: a.route[plan.next], Err: broker.Fatal(err)}
 	}
-	a.result = resultContinued
-	if !a.plan.due.IsZero() {
-		markDue(&out2, a.plan.due)
+	if !plan.due.IsZero() {
+		markDue(&next, plan.due)
 	}
-	return r.e.pass(ctx, key, r.spec.Name, kept{due: a.plan.due, out: out2})
+	return keptOf(keptHop, plan, next), nil, nil
+}
+
+// carryOut carries out what the run came to at the step, k: it sends the
+// hop on (again, for a redelivery), and says what to record and confirm.
+func (r *stepRunner) carryOut(ctx context.Context, key string, a *attempt, k kept) broker.Ack {
+	switch {
+	case k.kind == keptEnded:
+		a.result = resultEnded
+	case k.kind == keptDone:
+		a.result, a.plan = resultDone, k.plan()
+	default:
+		if ack, ok := r.e.send(ctx, r.spec.Name, k); !ok {
+			return ack
+		}
+		a.result, a.plan = resultContinued, k.plan()
+		if !k.planned {
+			a.result, a.resentTo, a.plan.due = resultResent, k.out.RoutingKey, k.due
+		}
+	}
+	a.confirm = key
+	return broker.Accept()
 }
 
 // call runs the step's function on m's payload under the step's timeout.
@@ -203,16 +307,13 @@ func (r *stepRunner) call(ctx context.Context, m *broker.Message) (any, error) {
 
 // failed lets the step's key go and decides what the failure becomes: a
 // retry, or the end of the run, whose compensation starts now (or is held
-// for a replay) before the consumer gives the message up.
+// for a replay) before the consumer gives the message up. It says what the
+// consumer will do (attempt.expect), for the journal.
 func (r *stepRunner) failed(ctx context.Context, m *broker.Message, key string, a *attempt, st runState, err error) broker.Ack {
 	r.e.forget(ctx, key)
 	var fatal *broker.FatalError
 	isFatal := errors.As(err, &fatal)
 	serr := &patterns.StepError{Step: r.spec.Name, Err: err}
-	ack := broker.Retry(serr)
-	if isFatal {
-		ack = broker.Reject(serr)
-	}
 	final := isFatal || r.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) != ""
 	if final && len(st.Compensate) > 0 {
 		kind, until, cerr := r.e.startCompensation(ctx, r.f, m, st, r.spec.Name, err.Error(), r.f.hold)
@@ -226,11 +327,35 @@ func (r *stepRunner) failed(ctx context.Context, m *broker.Message, key string, 
 		}
 		a.compensation, a.holdUntil = kind, until
 	}
-	return ack
+	a.err = serr
+	a.expect, a.reason, a.delay = expected(serr, isFatal, r.policy, m)
+	if isFatal {
+		return broker.Reject(serr)
+	}
+	return broker.Retry(serr)
 }
 
-// duplicate answers a delivery of a step that ran before: its kept hop, if
-// any, is sent again (with the message id it had), else it is accepted.
+// expected is what a consumer with policy p does with the handler's
+// broker.Retry(err) (broker.Reject(err) when reject) for m, as
+// broker.Consumer decides it: the outcome it will report, with its reason
+// or retry delay, so that the handler can record it first.
+func expected(err error, reject bool, p broker.RetryPolicy, m *broker.Message) (outcome, reason string, delay time.Duration) {
+	var decodeErr *broker.DecodeError
+	switch {
+	case errors.As(err, &decodeErr):
+		return broker.OutcomeLabelParked, err.Error(), 0
+	case reject:
+		return broker.OutcomeLabelDeadLettered, err.Error(), 0
+	}
+	if why := p.GiveUp(m.Attempt, m.FirstSeen, time.Now()); why != "" {
+		return broker.OutcomeLabelDeadLettered, fmt.Sprintf("%v (%s)", err, why), 0
+	}
+	return broker.OutcomeLabelRetried, "", p.Delay(m.Attempt)
+}
+
+// duplicate answers a delivery of a step that ran before: what it kept,
+// if anything, is carried out again (its hop sent with the message id it
+// had, its events recorded), else it is accepted.
 func (r *stepRunner) duplicate(ctx context.Context, m *broker.Message, key string, a *attempt) broker.Ack {
 	res, ok, err := r.e.store.Result(ctx, key)
 	if err != nil {
@@ -244,13 +369,13 @@ func (r *stepRunner) duplicate(ctx context.Context, m *broker.Message, key strin
 	if err != nil {
 		return broker.Reject(&patterns.HopError{Step: r.spec.Name, To: "?", Err: broker.Fatal(err)})
 	}
-	a.result, a.resentTo, a.plan.due = resultResent, k.out.RoutingKey, k.due
-	return r.e.send(ctx, key, r.spec.Name, k)
+	return r.carryOut(ctx, key, a, k)
 }
 
-// pass keeps k under key, then sends it: a redelivery after a lost confirm
-// finds it kept and sends it again rather than running the step twice.
-func (e *Engine) pass(ctx context.Context, key, step string, k kept) broker.Ack {
+// keep keeps k under key before it is carried out: a redelivery after a
+// lost confirm, or before the run's events were written, finds it kept and
+// carries it out again rather than running the step twice.
+func (e *Engine) keep(ctx context.Context, key string, k kept) {
 	b, err := k.encode()
 	if err == nil {
 		err = e.store.Complete(withoutCancel(ctx), key, b)
@@ -259,12 +384,13 @@ func (e *Engine) pass(ctx context.Context, key, step string, k kept) broker.Ack 
 		e.log.Warn("cannot keep a step's hop; a redelivery would run the step again",
 			slog.String("key", key), slog.Any("error", err))
 	}
-	return e.send(ctx, key, step, k)
 }
 
-// send sends a kept hop (through the ladder when it is not yet due) and,
-// once the broker confirmed it, lets the kept copy go.
-func (e *Engine) send(ctx context.Context, key, step string, k kept) broker.Ack {
+// send sends a kept hop (through the ladder when it is not yet due). ok
+// is false when the broker did not take it; ack then says what becomes of
+// the delivery. The caller confirms the key once the run's events are
+// recorded: until then a redelivery sends the kept hop again.
+func (e *Engine) send(ctx context.Context, step string, k kept) (ack broker.Ack, ok bool) {
 	var err error
 	if k.due.After(time.Now()) {
 		err = e.conn.Schedule(ctx, k.due, k.out)
@@ -276,12 +402,11 @@ func (e *Engine) send(ctx context.Context, key, step string, k kept) broker.Ack 
 		if broker.Refused(err) && !errors.Is(err, broker.ErrUnroutable) {
 			// Refused for what it is, not for where it goes: it will be
 			// refused the next time too.
-			return broker.Reject(broker.Fatal(he))
+			return broker.Reject(broker.Fatal(he)), false
 		}
-		return broker.Retry(he)
+		return broker.Retry(he), false
 	}
-	e.confirm(ctx, key)
-	return broker.Accept()
+	return broker.Accept(), true
 }
 
 func (e *Engine) confirm(ctx context.Context, key string) {

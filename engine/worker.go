@@ -35,9 +35,10 @@ type Worker struct {
 
 // StartWorker declares the topology of the named flows (every registered
 // flow when none is named) and starts consuming it. ctx bounds the setup;
-// the worker runs until Close. An unknown flow is ErrUnknownFlow; if any
-// consumer cannot start, those already started are stopped and the error
-// returned.
+// the worker runs until Close. An unknown flow is ErrUnknownFlow; a flow
+// with a Transactional step needs a Store that runs transactions
+// (ErrNoTransactions); if any consumer cannot start, those already
+// started are stopped and the error returned.
 func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, error) {
 	var fs []*flow
 	if len(flows) == 0 {
@@ -53,6 +54,11 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 	}
 	if len(fs) == 0 {
 		return nil, fmt.Errorf("%w: no flows registered", ErrInvalidConfig)
+	}
+	for _, f := range fs {
+		if err := e.canRun(f); err != nil {
+			return nil, err
+		}
 	}
 	w := &Worker{e: e}
 	w.bgCtx, w.stopBg = context.WithCancel(context.Background())

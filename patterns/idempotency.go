@@ -77,6 +77,30 @@ type ResultStore interface {
 	Result(ctx context.Context, key string) ([]byte, bool, error)
 }
 
+// TxStore is a ResultStore that can do a piece of work and record it done
+// in one database transaction: the work's own writes and the key's
+// completion commit together or not at all. It is the only arrangement
+// under which a worker killed at any instant applies the work once: killed
+// before the commit, nothing happened and the work runs again; killed after
+// it, the key is done and its kept result is what a redelivery passes on.
+// persistence.SQLIdempotencyStore implements it.
+type TxStore interface {
+	ResultStore
+	// CompleteInTx opens a transaction, calls work with a ctx that carries
+	// it (persistence.Tx reads it back), and, when work returns a result
+	// without error, completes key with that result in the same
+	// transaction and commits. The caller must hold key's claim: when
+	// another holder took it over meanwhile (the claim's lease ran out),
+	// nothing commits and the error matches ErrClaimLost. An error from
+	// work rolls everything back and is returned as it is.
+	CompleteInTx(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) error
+}
+
+// ErrClaimLost is CompleteInTx finding that the caller no longer holds the
+// key's claim: another delivery of the same work took it over after the
+// lease ran out, and that one's outcome counts. Nothing was committed.
+var ErrClaimLost = errors.New("idempotency claim lost to another holder")
+
 // Claim is a store's answer to "may I do the work under this key?".
 type Claim int
 

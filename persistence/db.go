@@ -38,3 +38,16 @@ func inTx(ctx context.Context, db DB, f func(pgx.Tx) error) error {
 	}
 	return tx.Commit(ctx)
 }
+
+// txKey is the context key of the transaction CompleteInTx runs work in.
+type txKey struct{}
+
+// Tx is the database transaction ctx carries: the one a transactional
+// step runs in (SQLIdempotencyStore.CompleteInTx, which the engine uses
+// for a dsl step marked Transactional). Write the step's effects through
+// it and they commit together with the record that the step ran, or not at
+// all. ok is false when ctx carries none: the step is not transactional.
+func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
+	tx, ok = ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/patterns"
 )
@@ -72,6 +74,8 @@ type SQLIdempotencyStore struct {
 	purgeBatch int
 	holder     string
 }
+
+var _ patterns.TxStore = (*SQLIdempotencyStore)(nil)
 
 // NewSQLIdempotencyStore returns a store running on db (a pool, usually).
 // It refuses a nil db, invalid table names and negative settings.
@@ -166,6 +170,39 @@ func (s *SQLIdempotencyStore) Complete(ctx context.Context, key string, result [
 	return nil
 }
 
+// CompleteInTx runs work in a transaction on the store's database and
+// completes key with work's result in the same transaction (see
+// patterns.TxStore): work reads the transaction with Tx(ctx) and writes
+// its effects there. Only this store's own claim on key is completed;
+// when another holder took the key over, nothing commits and the error
+// matches patterns.ErrClaimLost. A commit whose outcome is unknown (the
+// connection dropped during it) returns an error; the key is then either
+// done or still claimed by this store, never half done, and Forget
+// followed by a retry is safe either way.
+func (s *SQLIdempotencyStore) CompleteInTx(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) error {
+	if work == nil {
+		return fmt.Errorf("%w: idempotency: nil work", broker.ErrInvalidOption)
+	}
+	return inTx(ctx, s.db, func(tx pgx.Tx) error {
+		result, err := work(context.WithValue(ctx, txKey{}, tx))
+		if err != nil {
+			return err
+		}
+		if result == nil {
+			// NULL would read as "nothing kept"; an empty result is kept.
+			result = []byte{}
+		}
+		tag, err := tx.Exec(ctx, s.sql.completeHeld, []byte(key), s.holder, s.retention.Seconds(), result)
+		if err != nil {
+			return fmt.Errorf("idempotency %s: complete in transaction: %w", s.t.Idempotency, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("idempotency %s: key %q: %w", s.t.Idempotency, key, patterns.ErrClaimLost)
+		}
+		return nil
+	})
+}
+
 // Result is what Complete kept under key, while the key is live and not
 // confirmed since.
 func (s *SQLIdempotencyStore) Result(ctx context.Context, key string) ([]byte, bool, error) {
@@ -213,7 +250,7 @@ func (s *SQLIdempotencyStore) PurgeExpired(ctx context.Context) (int64, error) {
 // (rendering builds a strings.Replacer, which cost more Go time than the
 // rest of a claim did).
 type idemStatements struct {
-	claim, look, confirm, complete, result, forget, purge string
+	claim, look, confirm, complete, completeHeld, result, forget, purge string
 }
 
 func renderIdemStatements(t Tables) idemStatements {
@@ -236,6 +273,12 @@ func renderIdemStatements(t Tables) idemStatements {
 			VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second', $4)
 			ON CONFLICT (key) DO UPDATE
 			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = EXCLUDED.result`),
+		// Only the holder's own claim: a claim taken over after its lease
+		// ran out belongs to the new holder, whose work counts.
+		completeHeld: t.render(`
+			UPDATE {{idempotency}}
+			SET state = 'confirmed', expires_at = now() + $3 * interval '1 second', result = $4
+			WHERE key = $1 AND state = 'claimed' AND holder = $2`),
 		result: t.render(`
 			SELECT result FROM {{idempotency}}
 			WHERE key = $1 AND state = 'confirmed' AND expires_at > now() AND result IS NOT NULL`),

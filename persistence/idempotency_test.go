@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -314,4 +315,78 @@ type countingDB struct {
 func (c *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	c.execs.Add(1)
 	return c.DB.Exec(ctx, sql, args...)
+}
+
+// TestSQLIdempotencyCompleteInTx: the work's writes and the key's
+// completion commit together; a failed work commits neither; a holder
+// whose claim was taken over commits nothing (patterns.ErrClaimLost), so
+// of two holders of one key only one applies its work.
+func TestSQLIdempotencyCompleteInTx(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	ctx := ctxT(t)
+	effects := pgx.Identifier{tb.Outbox + "_effects"}.Sanitize()
+	_, err := db.Exec(ctx, "CREATE TABLE "+effects+" (who text)")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP TABLE "+effects) })
+	write := func(who string) func(context.Context) ([]byte, error) {
+		return func(ctx context.Context) ([]byte, error) {
+			tx, ok := persistence.Tx(ctx)
+			if !ok {
+				return nil, fmt.Errorf("no transaction")
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+effects+" (who) VALUES ($1)", who)
+			return []byte("result of " + who), err
+		}
+	}
+	count := func() int {
+		var n int
+		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM "+effects).Scan(&n))
+		return n
+	}
+	cfg := persistence.SQLIdempotencyStoreConfig{ClaimTimeout: time.Second}
+	slow, fast := idemStore(t, db, tb, cfg), idemStore(t, db, tb, cfg)
+
+	_, ok := persistence.Tx(ctx)
+	require.False(t, ok, "a context without a transaction says so")
+
+	// A work that fails commits nothing and leaves the claim to its holder.
+	c, err := slow.Claim(ctx, "failing")
+	require.NoError(t, err)
+	require.Equal(t, patterns.ClaimClaimed, c)
+	boom := fmt.Errorf("boom")
+	err = slow.CompleteInTx(ctx, "failing", func(ctx context.Context) ([]byte, error) {
+		_, _ = write("failing")(ctx)
+		return nil, boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Zero(t, count(), "the failed work's write was rolled back")
+	_, kept, err := slow.Result(ctx, "failing")
+	require.NoError(t, err)
+	require.False(t, kept)
+
+	// A holder whose lease ran out and was taken over commits nothing.
+	c, err = slow.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, patterns.ClaimClaimed, c)
+	require.Eventually(t, func() bool {
+		c, err := fast.Claim(ctx, "k")
+		return err == nil && c == patterns.ClaimClaimed
+	}, 5*time.Second, 50*time.Millisecond)
+	err = slow.CompleteInTx(ctx, "k", write("slow"))
+	require.ErrorIs(t, err, patterns.ErrClaimLost)
+	require.Zero(t, count(), "the holder that lost its claim applied nothing")
+	require.NoError(t, fast.CompleteInTx(ctx, "k", write("fast")))
+	require.Equal(t, 1, count())
+	res, kept, err := fast.Result(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, kept)
+	require.Equal(t, "result of fast", string(res), "the result is kept with the work")
+	c, err = slow.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, patterns.ClaimDuplicate, c, "the key is done")
+	require.ErrorIs(t, fast.CompleteInTx(ctx, "k", write("again")), patterns.ErrClaimLost, "a done key is nobody's to complete again")
+	require.Equal(t, 1, count())
+	require.ErrorIs(t, fast.CompleteInTx(ctx, "k", nil), broker.ErrInvalidOption)
 }

@@ -6,7 +6,9 @@
 // Every step and compensation applies its side effect as one row of
 // EffectsTable in the scenario's database, so that an effect applied
 // twice, by any worker process, is seen there: a double effect is two
-// rows of one (run, step).
+// rows of one (run, step). The steps are Transactional, as a user's steps
+// whose effects live in the workers' database should be: the row is
+// written in the step's transaction, which also records that the step ran.
 package chaosflow
 
 import (
@@ -21,6 +23,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/persistence"
 )
 
 // Order is what every run of the chaos flows carries.
@@ -126,6 +129,16 @@ func (e *Effects) Apply(ctx context.Context, o Order, step string) error {
 			return ctx.Err()
 		}
 	}
+	if tx, ok := persistence.Tx(ctx); ok {
+		// It commits with the record that the step ran, or not at all: a
+		// failure here rolls both back and the step is retried.
+		_, err := tx.Exec(ctx, `INSERT INTO chaos_effects (id, run_id, step, worker) VALUES ($1, $2, $3, $4)`,
+			broker.NewID(), m.RunID, step, e.worker)
+		if err != nil {
+			return fmt.Errorf("chaos effect %s of run %s: %w", step, m.RunID, err)
+		}
+		return nil
+	}
 	id := broker.NewID()
 	deadline := time.Now().Add(retryFor)
 	for {
@@ -158,11 +171,11 @@ func Flows(prefix string, fx *Effects) []*dsl.FlowDef {
 	}
 	pipeline := []dsl.Part{dsl.Example(Order{ID: "example"})}
 	for _, s := range PipelineSteps {
-		pipeline = append(pipeline, dsl.Step(s, step(s)).Retry(StepRetry))
+		pipeline = append(pipeline, dsl.Step(s, step(s)).Retry(StepRetry).Transactional())
 	}
 	saga := []dsl.Part{dsl.Example(Order{ID: "example"})}
 	for _, s := range SagaSteps {
-		saga = append(saga, dsl.Step(s, step(s)).Retry(StepRetry).Compensate(undo(s)).CompensateRetry(StepRetry))
+		saga = append(saga, dsl.Step(s, step(s)).Retry(StepRetry).Compensate(undo(s)).CompensateRetry(StepRetry).Transactional())
 	}
 	saga = append(saga, dsl.Step("ship", ship))
 	return []*dsl.FlowDef{dsl.Flow(prefix+"."+Pipeline, pipeline...), dsl.Flow(prefix+"."+Saga, saga...)}

@@ -1,0 +1,113 @@
+package engine_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/brokertest"
+	"github.com/acemq/acemq-flow/internal/testenv"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// stallingJournal passes everything to a journal except the events of one
+// step's completion, which it holds until released: a worker that dies
+// before its journal writer wrote them.
+type stallingJournal struct {
+	journal.Journal
+	step    string
+	stalled chan struct{} // closed when the first such write arrives
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *stallingJournal) Record(ctx context.Context, events []journal.Event) error {
+	for _, e := range events {
+		if e.Kind == journal.KindStep && e.Step == s.step && e.Outcome == "completed" {
+			s.once.Do(func() { close(s.stalled) })
+			select {
+			case <-s.release:
+				// The test is over: what the dead worker held goes nowhere.
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return s.Journal.Record(ctx, events)
+}
+
+// TestStepEventsWrittenBeforeAck: a worker whose journal never gets a
+// step's completion written (it dies first) has not acknowledged the step's
+// message either: the message comes back, and the next worker records the
+// step from what the first one kept, without running it again. Before the
+// journal was written ahead of the acknowledgement, such a run stayed
+// "running" for ever.
+func TestStepEventsWrittenBeforeAck(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		mem, err := journal.NewMemory(0)
+		require.NoError(t, err)
+		// The two workers share the idempotency store, as workers on one
+		// database share persistence.SQLIdempotencyStore.
+		store, err := patterns.NewInMemoryIdempotencyStore(time.Minute)
+		require.NoError(t, err)
+		ef := newEffects()
+		// The worker that survives, on the journal and the store; it
+		// starts working once the first one died.
+		next := newFixture(t, h, engine.Config{Journal: mem, Store: store})
+		flowDef := dsl.Flow(next.name, dsl.Step("pack", appendStep(ef, "pack")), dsl.Step("ship", appendStep(ef, "ship")))
+		next.register(flowDef)
+
+		// The first worker: its journal stalls on ship's completion.
+		stall := &stallingJournal{Journal: mem, step: "ship", stalled: make(chan struct{}), release: make(chan struct{})}
+		conn, err := broker.Config{Ladder: h.Ladder, Logger: testenv.Logger(t), InProgressDelay: time.Second}.Open(ctx, h.URL)
+		require.NoError(t, err)
+		first, err := engine.New(engine.Config{Conn: conn, Journal: stall, Store: store})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			close(stall.release)
+			_ = first.Close(context.Background())
+		})
+		require.NoError(t, first.Register(flowDef))
+		w1, err := first.StartWorker(ctx)
+		require.NoError(t, err)
+		res, err := first.Start(ctx, next.name, Order{ID: "o-1"})
+		require.NoError(t, err)
+		run := res.RunID
+		brokertest.Next(t, stall.stalled, 10*time.Second)
+		require.Equal(t, 1, ef.get(run, "ship"), "ship ran")
+
+		// It dies: its worker stops at once, its journal writer never
+		// writes ship's completion, and its connection goes with what it
+		// had not acknowledged.
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_ = w1.Close(cctx)
+		cancel()
+		_ = conn.Close(ctx)
+		r, err := mem.Run(ctx, run)
+		require.NoError(t, err)
+		require.Equal(t, journal.Running, r.Status, "ship's completion was never written")
+
+		next.work()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			r, err = mem.Run(ctx, run)
+			require.NoError(t, err)
+			if r.Status == journal.Completed || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		require.Equal(t, journal.Completed, r.Status, "the step's message came back to the next worker, which recorded it")
+		require.Equal(t, 1, ef.get(run, "ship"), "and did not run it again: its outcome was kept")
+		require.Equal(t, 1, ef.get(run, "pack"))
+	})
+}

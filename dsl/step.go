@@ -180,8 +180,8 @@ func (s *StepDef[In, Out]) OrderedByHeader(name string) *StepDef[In, Out] {
 	return s
 }
 
-// Concurrency sets how many runs the step works on at once in one worker
-// (default 8). n must be at least 1.
+// Concurrency sets how many runs the step, and its compensation, works on
+// at once in one worker (default 8). n must be at least 1.
 func (s *StepDef[In, Out]) Concurrency(n int) *StepDef[In, Out] {
 	if n < 1 {
 		s.errs = append(s.errs, fmt.Errorf("concurrency %d, want at least 1", n))
@@ -191,8 +191,9 @@ func (s *StepDef[In, Out]) Concurrency(n int) *StepDef[In, Out] {
 	return s
 }
 
-// Prefetch sets how many of the step's messages the broker hands a worker
-// ahead of its handlers (default 20). n must be at least 1.
+// Prefetch sets how many of the step's messages (and of its
+// compensation's) the broker hands a worker ahead of its handlers
+// (default 20). n must be at least 1.
 func (s *StepDef[In, Out]) Prefetch(n int) *StepDef[In, Out] {
 	if n < 1 {
 		s.errs = append(s.errs, fmt.Errorf("prefetch %d, want at least 1", n))

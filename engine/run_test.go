@@ -3,7 +3,9 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -255,5 +257,49 @@ func TestStartRefusesABadPayload(t *testing.T) {
 		runs, err := fx.eng.Journal().Runs(ctx, journal.Query{})
 		require.NoError(t, err)
 		require.Empty(t, runs)
+	})
+}
+
+// TestCompensationsRunAtTheStepsConcurrency: a step's compensations run
+// as many at once as the step does: three runs failing together are
+// compensated together, not one after another.
+func TestCompensationsRunAtTheStepsConcurrency(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		const runs = 3
+		var (
+			mu       sync.Mutex
+			inFlight int
+			all      = make(chan struct{})
+		)
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", func(_ context.Context, o Order) (Order, error) { return o, nil }).
+				Concurrency(runs).
+				Compensate(func(ctx context.Context, _ Order) error {
+					mu.Lock()
+					if inFlight++; inFlight == runs {
+						close(all)
+					}
+					mu.Unlock()
+					// Each waits for the others: only compensations running
+					// side by side get past this.
+					select {
+					case <-all:
+						return nil
+					case <-time.After(10 * time.Second):
+						return broker.Fatal(errors.New("compensations ran one after another"))
+					}
+				}),
+			dsl.Step("ship", func(context.Context, Order) (Order, error) {
+				return Order{}, broker.Fatal(errors.New("no courier"))
+			})))
+		fx.work()
+		ids := make([]string, runs)
+		for i := range ids {
+			ids[i] = fx.start(Order{ID: fmt.Sprint(i)})
+		}
+		for _, id := range ids {
+			fx.waitStatus(id, journal.Compensated, 20*time.Second)
+		}
 	})
 }

@@ -159,8 +159,10 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 			return err
 		}
 		if s.Compensable {
+			// Compensations run as many at once as their step does.
 			c := newCompRunner(e, f, i)
 			if err := w.start(ctx, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
+				broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
 				broker.WithCodec(f.codec), broker.OnSettle(c.settled)); err != nil {
 				return err
 			}

@@ -47,16 +47,32 @@ func validExpiration(s string) bool {
 
 // toTable converts a validated transport.Table for amqp091: a Go int becomes
 // int64 (amqp091 would write it as a 32-bit integer and truncate it) and
-// nested maps become amqp.Table, recursively.
+// nested maps become amqp.Table, recursively. A table with none of those
+// (a message's usual headers) is handed over as it is, not copied: it is
+// the same map type, and amqp091 only reads it while it writes the frame.
 func toTable(t transport.Table) amqp.Table {
 	if t == nil {
 		return nil
+	}
+	if !needsConversion(t) {
+		return amqp.Table(t)
 	}
 	out := make(amqp.Table, len(t))
 	for k, v := range t {
 		out[k] = toValue(v)
 	}
 	return out
+}
+
+// needsConversion reports whether t holds a value toValue would change.
+func needsConversion(t transport.Table) bool {
+	for _, v := range t {
+		switch v.(type) {
+		case int, transport.Table, map[string]any, []any:
+			return true
+		}
+	}
+	return false
 }
 
 func toValue(v any) any {
@@ -79,16 +95,32 @@ func toValue(v any) any {
 }
 
 // fromTable converts a table amqp091 read off the wire to a transport.Table,
-// nested tables included.
+// nested tables included. A table without nested tables or arrays is taken
+// over as it is: amqp091 made it for this one delivery and keeps no
+// reference to it.
 func fromTable(t amqp.Table) transport.Table {
 	if t == nil {
 		return nil
+	}
+	if !holdsContainers(t) {
+		return transport.Table(t)
 	}
 	out := make(transport.Table, len(t))
 	for k, v := range t {
 		out[k] = fromValue(v)
 	}
 	return out
+}
+
+// holdsContainers reports whether t holds a value fromValue would change.
+func holdsContainers(t amqp.Table) bool {
+	for _, v := range t {
+		switch v.(type) {
+		case amqp.Table, []any:
+			return true
+		}
+	}
+	return false
 }
 
 func fromValue(v any) any {
@@ -108,8 +140,8 @@ func fromValue(v any) any {
 
 // fromDelivery converts a delivery or basic.get result; the caller sets the
 // Settler.
-func fromDelivery(d *amqp.Delivery) *transport.Delivery {
-	return &transport.Delivery{
+func fromDelivery(d *amqp.Delivery) transport.Delivery {
+	return transport.Delivery{
 		Message: transport.Message{
 			MessageID:     d.MessageId,
 			CorrelationID: d.CorrelationId,

@@ -3,18 +3,24 @@ package rabbitmq
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // gate holds publishers back while the broker asks them to pause
 // (connection.blocked, channel.flow).
 type gate struct {
-	mu   sync.Mutex
-	open chan struct{} // closed while the gate is open
+	mu sync.Mutex // serialises set
+	// open is closed while the gate is open. Read without mu: every
+	// publish waits on two gates, and a lock there is contended by every
+	// publishing goroutine.
+	open atomic.Pointer[chan struct{}]
 }
 
 func newGate() *gate {
-	g := &gate{open: make(chan struct{})}
-	close(g.open)
+	g := &gate{}
+	open := make(chan struct{})
+	close(open)
+	g.open.Store(&open)
 	return g
 }
 
@@ -22,14 +28,16 @@ func newGate() *gate {
 func (g *gate) set(shut bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	open := *g.open.Load()
 	select {
-	case <-g.open:
+	case <-open:
 		if shut {
-			g.open = make(chan struct{})
+			next := make(chan struct{})
+			g.open.Store(&next)
 		}
 	default:
 		if !shut {
-			close(g.open)
+			close(open)
 		}
 	}
 }
@@ -37,9 +45,7 @@ func (g *gate) set(shut bool) {
 // wait returns nil once the gate is open or abort is closed (the caller then
 // finds out why), and ctx's error if ctx ends first.
 func (g *gate) wait(ctx context.Context, abort <-chan struct{}) error {
-	g.mu.Lock()
-	open := g.open
-	g.mu.Unlock()
+	open := *g.open.Load()
 	select {
 	case <-open:
 		// An open gate wins over an expired ctx, so that a timeout is not

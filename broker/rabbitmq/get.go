@@ -56,9 +56,18 @@ func (s *session) basicGet(queue string) (*transport.Delivery, error) {
 	return delivery(s.get, &msg), nil
 }
 
+// heldDelivery is a delivery and its settler, allocated together: one
+// allocation per message rather than two.
+type heldDelivery struct {
+	transport.Delivery
+	settler settler
+}
+
 // delivery converts msg and attaches a settler for it on h.
 func delivery(h *heldChannel, msg *amqp.Delivery) *transport.Delivery {
-	d := fromDelivery(msg)
-	d.Settler = newSettler(h, msg.DeliveryTag)
-	return d
+	d := &heldDelivery{Delivery: fromDelivery(msg)}
+	h.received()
+	d.settler.h, d.settler.tag = h, msg.DeliveryTag
+	d.Settler = &d.settler
+	return &d.Delivery
 }

@@ -50,17 +50,20 @@ func (t *Transport) Publish(ctx context.Context, p transport.Publishing) error {
 			return fmt.Errorf("rabbitmq: publish to %s: %w", destination(p), err)
 		}
 		err = pc.publish(ctx, p, msg)
-		var returned *transport.ReturnedError
 		switch {
+		case err == nil:
+			return nil
 		case errors.Is(err, errResend):
 			continue
-		case errors.As(err, &returned):
+		}
+		// Declared here, not above: errors.As moves it to the heap, which
+		// a confirmed publish need not pay for.
+		var returned *transport.ReturnedError
+		if errors.As(err, &returned) {
 			// It already names the exchange and routing key.
 			return err
-		case err != nil:
-			return fmt.Errorf("rabbitmq: publish to %s: %w", destination(p), err)
 		}
-		return nil
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination(p), err)
 	}
 }
 

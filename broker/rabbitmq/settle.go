@@ -90,12 +90,6 @@ type settler struct {
 	settled bool
 }
 
-// newSettler counts a delivery on h and returns what settles it.
-func newSettler(h *heldChannel, tag uint64) *settler {
-	h.received()
-	return &settler{h: h, tag: tag}
-}
-
 // Ack acknowledges the delivery (multiple=false). It returns
 // transport.ErrAlreadySettled after an earlier settlement,
 // transport.ErrStaleDelivery when the channel it arrived on is gone (the

@@ -25,6 +25,9 @@ type Consumer struct {
 	// handle processes one delivery and settles it exactly once.
 	handle func(d *transport.Delivery)
 
+	// metrics are the consumer's span name and metric options.
+	metrics *consumerMetrics
+
 	sub        transport.Subscription
 	handlerCtx context.Context
 	abort      context.CancelFunc
@@ -97,7 +100,8 @@ func (c *Conn) Consume(ctx context.Context, queue string, h Handler, opts ...Con
 
 func (c *Conn) newConsumer(queue string, cfg consumeConfig) *Consumer {
 	hctx, abort := context.WithCancel(context.Background())
-	return &Consumer{conn: c, queue: queue, cfg: cfg, handlerCtx: hctx, abort: abort, done: make(chan struct{})}
+	return &Consumer{conn: c, queue: queue, cfg: cfg, metrics: c.tel.consumerMetrics(queue), handlerCtx: hctx, abort: abort,
+		done: make(chan struct{})}
 }
 
 func (k *Consumer) subscribe(ctx context.Context) error {
@@ -225,7 +229,7 @@ func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, 
 		k.settled(k.handlerCtx, &s, s.Outcome)
 		return
 	}
-	ctx, span := k.conn.tel.startProcess(k.handlerCtx, k.queue, m, d.Headers)
+	ctx, span := k.conn.tel.startProcess(k.handlerCtx, k.metrics, m, d.Headers)
 	ack := safely(WithHandling(ctx, m), k.handler, m)
 	s.HandlerRan, s.Err, s.Label = true, ack.err, ack.label
 	k.settle(d, m, ack, &s)
@@ -233,11 +237,15 @@ func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, 
 	if s.Label != "" && s.Outcome != OutcomeLabelUnsettled && s.Outcome != OutcomeLabelSkipped {
 		label = s.Label
 	}
-	span.SetAttributes(attribute.String("acemq.outcome", label))
-	if ack.err != nil {
-		span.RecordError(ack.err)
-		span.SetStatus(codes.Error, ack.err.Error())
-		span.SetAttributes(attribute.String("error.type", fmt.Sprintf("%T", ack.err)))
+	// Only a recording span keeps attributes: built for one that does not,
+	// they are allocations per delivery for nothing.
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("acemq.outcome", label))
+		if ack.err != nil {
+			span.RecordError(ack.err)
+			span.SetStatus(codes.Error, ack.err.Error())
+			span.SetAttributes(attribute.String("error.type", fmt.Sprintf("%T", ack.err)))
+		}
 	}
 	span.End()
 	k.settled(ctx, &s, label)
@@ -247,7 +255,7 @@ func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, 
 // the consumer's settle hook.
 func (k *Consumer) settled(ctx context.Context, s *Settlement, label string) {
 	s.Duration = time.Since(s.Started)
-	k.conn.tel.settled(ctx, k.queue, label, s.Duration)
+	k.conn.tel.settled(ctx, k.metrics, label, s.Duration)
 	if k.cfg.onSettle != nil {
 		k.cfg.onSettle(ctx, *s)
 	}
@@ -284,7 +292,6 @@ func (k *Consumer) message(d *transport.Delivery, now time.Time) (*Message, erro
 // settle carries out the handler's decision and writes what became of the
 // delivery into s.
 func (k *Consumer) settle(d *transport.Delivery, m *Message, ack Ack, s *Settlement) {
-	var decodeErr *DecodeError
 	switch ack.outcome {
 	case OutcomeAccept:
 		s.Outcome = OutcomeLabelAccepted
@@ -294,6 +301,9 @@ func (k *Consumer) settle(d *transport.Delivery, m *Message, ack Ack, s *Settlem
 			s.Outcome = OutcomeLabelUnsettled
 		}
 	case OutcomeRetry, OutcomeReject:
+		// Declared here, not for every outcome: errors.As moves it to the
+		// heap, which an accepted delivery need not pay for.
+		var decodeErr *DecodeError
 		switch {
 		case errors.As(ack.err, &decodeErr):
 			s.Reason = ack.err.Error()

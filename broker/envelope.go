@@ -131,7 +131,16 @@ func readEnvelope(m *transport.Message, now time.Time) (Envelope, transport.Tabl
 		Expiration:    m.Expiration,
 		Attempt:       1,
 	}
-	app := make(transport.Table, len(m.Headers))
+	// Sized for the application headers alone: most messages carry none,
+	// and a map sized for the engine's headers too costs a few hundred
+	// bytes per delivery for nothing.
+	n := 0
+	for k := range m.Headers {
+		if !strings.HasPrefix(k, ReservedPrefix) {
+			n++
+		}
+	}
+	app := make(transport.Table, n)
 	for k, v := range m.Headers {
 		if !strings.HasPrefix(k, ReservedPrefix) {
 			app[k] = v

@@ -158,11 +158,11 @@ func (k *Consumer) putBack(d *transport.Delivery, delay time.Duration) string {
 // send publishes without the closed check of Send: moves made while the
 // connection is closing must still complete.
 func (c *Conn) send(ctx context.Context, out Outgoing) error {
-	ctx, end := c.tel.startPublish(ctx, &out)
-	err := c.transport.Publish(ctx, transport.Publishing{
+	ps := c.tel.startPublish(ctx, &out)
+	err := c.transport.Publish(ps.ctx, transport.Publishing{
 		Exchange: out.Exchange, RoutingKey: out.RoutingKey, Mandatory: out.Mandatory, Message: out.Message,
 	})
-	end(err)
+	ps.end(err)
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", destination(out.Exchange, out.RoutingKey), err)
 	}

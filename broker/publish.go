@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker/transport"
@@ -163,13 +164,22 @@ type Outgoing struct {
 	Message    transport.Message
 }
 
+// publishConfigs recycles Prepare's option values: handed to options
+// through an interface, a publishConfig escapes to the heap, a few hundred
+// bytes per publish otherwise.
+var publishConfigs = sync.Pool{New: func() any { return new(publishConfig) }}
+
 // Prepare builds the message Publish would send, without sending it. Inside
 // a handler (ctx from a consumer) the correlation id is carried forward from
 // the message being handled and the causation recorded.
 func (c *Conn) Prepare(ctx context.Context, payload any, opts ...PublishOption) (Outgoing, error) {
-	var pc publishConfig
+	pc := publishConfigs.Get().(*publishConfig)
+	defer func() {
+		*pc = publishConfig{}
+		publishConfigs.Put(pc)
+	}()
 	for _, o := range opts {
-		if err := o.applyPublish(&pc); err != nil {
+		if err := o.applyPublish(pc); err != nil {
 			return Outgoing{}, err
 		}
 	}

@@ -64,6 +64,8 @@ type telemetry struct {
 	byQueueOutcome    *attrcache.Cache
 	byOutcomeExchange *attrcache.Cache
 	semconv           *attrcache.Cache
+	// byExchange holds an *exchangeMetrics per exchange published to.
+	byExchange sync.Map
 
 	// ended holds the consumers that ended on their own, and why, for
 	// Conn.Health, until their owner cancels them.
@@ -124,11 +126,45 @@ func exchangeName(e string) string {
 	return e
 }
 
+// Span start options, built once: an option built per message is an
+// allocation per message.
+var (
+	producerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+	consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+)
+
+// exchangeMetrics are the metric options of a confirmed publish to one
+// exchange, ready to pass: what every publish would otherwise look up by a
+// key built for the purpose, and wrap in a slice of its own.
+type exchangeMetrics struct {
+	confirmed []metric.AddOption // acemq.publish.total{outcome=confirmed}
+	sent      []metric.AddOption // messaging.client.sent.messages
+}
+
+func (t *telemetry) exchangeMetrics(ex string) *exchangeMetrics {
+	if m, ok := t.byExchange.Load(ex); ok {
+		return m.(*exchangeMetrics)
+	}
+	m, _ := t.byExchange.LoadOrStore(ex, &exchangeMetrics{
+		confirmed: []metric.AddOption{t.byOutcomeExchange.Option("confirmed", ex)},
+		sent:      []metric.AddOption{t.semconv.Option("rabbitmq", "publish", ex)},
+	})
+	return m.(*exchangeMetrics)
+}
+
+// publishSpan is a publish under way: its span, and what end records.
+type publishSpan struct {
+	t    *telemetry
+	ctx  context.Context
+	span trace.Span
+	ex   string
+}
+
 // startPublish opens the PRODUCER span and writes its trace context into a
-// copy of out's headers; the returned func records the outcome.
-func (t *telemetry) startPublish(ctx context.Context, out *Outgoing) (context.Context, func(error)) {
+// copy of out's headers; end records the outcome.
+func (t *telemetry) startPublish(ctx context.Context, out *Outgoing) publishSpan {
 	ex := exchangeName(out.Exchange)
-	ctx, span := t.tracer.Start(ctx, "publish "+ex+":"+out.RoutingKey, trace.WithSpanKind(trace.SpanKindProducer))
+	ctx, span := t.tracer.Start(ctx, "publish "+ex+":"+out.RoutingKey, producerSpan...)
 	if span.IsRecording() {
 		// Built only for a span that keeps them: per message, they cost.
 		span.SetAttributes(
@@ -148,17 +184,22 @@ func (t *telemetry) startPublish(ctx context.Context, out *Outgoing) (context.Co
 		t.prop.Inject(ctx, tableCarrier(h))
 		out.Message.Headers = h
 	}
-	return ctx, func(err error) {
-		outcome := "confirmed"
-		if err != nil {
-			outcome = publishFailure(err)
-			span.SetStatus(codes.Error, err.Error())
-			span.SetAttributes(attribute.String("error.type", outcome))
-		}
-		t.publishTotal.Add(ctx, 1, t.byOutcomeExchange.Option(outcome, ex))
-		t.sent.Add(ctx, 1, t.semconv.Option("rabbitmq", "publish", ex))
-		span.End()
+	return publishSpan{t: t, ctx: ctx, span: span, ex: ex}
+}
+
+// end records the publish's outcome (err nil: confirmed) and ends its span.
+func (p publishSpan) end(err error) {
+	t, m := p.t, p.t.exchangeMetrics(p.ex)
+	if err != nil {
+		outcome := publishFailure(err)
+		p.span.SetStatus(codes.Error, err.Error())
+		p.span.SetAttributes(attribute.String("error.type", outcome))
+		t.publishTotal.Add(p.ctx, 1, t.byOutcomeExchange.Option(outcome, p.ex))
+	} else {
+		t.publishTotal.Add(p.ctx, 1, m.confirmed...)
 	}
+	t.sent.Add(p.ctx, 1, m.sent...)
+	p.span.End()
 }
 
 func publishFailure(err error) string {
@@ -176,25 +217,64 @@ func publishFailure(err error) string {
 	}
 }
 
+// consumerMetrics are one consumer's span name and metric options, built
+// when it starts rather than per delivery.
+type consumerMetrics struct {
+	queue    string
+	spanName string
+	// semconv carries messaging.client.consumed.messages' and
+	// messaging.process.duration's attributes.
+	semconvAdd    []metric.AddOption
+	semconvRecord []metric.RecordOption
+	// byLabel holds an *outcomeMetrics per outcome label seen.
+	byLabel sync.Map
+}
+
+// outcomeMetrics carry acemq.consume.*'s attributes for one queue and
+// outcome label.
+type outcomeMetrics struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+func (t *telemetry) consumerMetrics(queue string) *consumerMetrics {
+	semconv := t.semconv.Option("rabbitmq", "process", queue)
+	return &consumerMetrics{
+		queue:         queue,
+		spanName:      "process " + queue,
+		semconvAdd:    []metric.AddOption{semconv},
+		semconvRecord: []metric.RecordOption{semconv},
+	}
+}
+
+func (t *telemetry) outcomeMetrics(c *consumerMetrics, label string) *outcomeMetrics {
+	if m, ok := c.byLabel.Load(label); ok {
+		return m.(*outcomeMetrics)
+	}
+	o := t.byQueueOutcome.Option(c.queue, label)
+	m, _ := c.byLabel.LoadOrStore(label, &outcomeMetrics{add: []metric.AddOption{o}, record: []metric.RecordOption{o}})
+	return m.(*outcomeMetrics)
+}
+
 // startProcess opens the CONSUMER span for a delivery. A message back from
 // the ladder (attempt > 1) starts a new trace linked to the one that sent it,
 // so no trace spans hours of retries.
-func (t *telemetry) startProcess(ctx context.Context, queue string, m *Message, headers Table) (context.Context, trace.Span) {
+func (t *telemetry) startProcess(ctx context.Context, c *consumerMetrics, m *Message, headers Table) (context.Context, trace.Span) {
 	remote := t.prop.Extract(context.Background(), tableCarrier(headers))
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	opts := consumerSpan
 	if sc := trace.SpanContextFromContext(remote); sc.IsValid() {
 		if m.Attempt > 1 {
-			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: sc}))
+			opts = []trace.SpanStartOption{consumerSpan[0], trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: sc})}
 		} else {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	ctx, span := t.tracer.Start(ctx, "process "+queue, opts...)
+	ctx, span := t.tracer.Start(ctx, c.spanName, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("messaging.system", "rabbitmq"),
 			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", queue),
+			attribute.String("messaging.destination.name", c.queue),
 			attribute.String("messaging.rabbitmq.destination.routing_key", m.RoutingKey),
 			attribute.String("messaging.message.id", m.ID),
 			attribute.String("messaging.message.conversation_id", m.CorrelationID),
@@ -205,13 +285,12 @@ func (t *telemetry) startProcess(ctx context.Context, queue string, m *Message, 
 }
 
 // settled records a delivery's outcome on the consume metrics.
-func (t *telemetry) settled(ctx context.Context, queue, outcome string, took time.Duration) {
-	attrs := t.byQueueOutcome.Option(queue, outcome)
-	t.consumeTotal.Add(ctx, 1, attrs)
-	t.consumeDuration.Record(ctx, took.Seconds(), attrs)
-	semconv := t.semconv.Option("rabbitmq", "process", queue)
-	t.consumed.Add(ctx, 1, semconv)
-	t.processDuration.Record(ctx, took.Seconds(), semconv)
+func (t *telemetry) settled(ctx context.Context, c *consumerMetrics, outcome string, took time.Duration) {
+	m := t.outcomeMetrics(c, outcome)
+	t.consumeTotal.Add(ctx, 1, m.add...)
+	t.consumeDuration.Record(ctx, took.Seconds(), m.record...)
+	t.consumed.Add(ctx, 1, c.semconvAdd...)
+	t.processDuration.Record(ctx, took.Seconds(), c.semconvRecord...)
 }
 
 // endedOnItsOwn records k, which ended on its own with err: it is counted

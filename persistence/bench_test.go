@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/benchmark"
 	"github.com/acemq/acemq-flow/internal/testenv"
 	"github.com/acemq/acemq-flow/patterns"
 	"github.com/acemq/acemq-flow/persistence"
@@ -22,69 +23,22 @@ import (
 
 // BenchmarkOutboxRelayThroughput measures records/s from committed to
 // confirmed: b.N records are committed first, then one relay sweeps them
-// all to a quorum queue (mandatory, confirmed, marked).
+// all to a quorum queue (mandatory, confirmed, marked). The measurement is
+// internal/benchmark's, which `acemq-flow bench` prints too.
 func BenchmarkOutboxRelayThroughput(b *testing.B) {
 	for _, c := range []struct{ inFlight, batch int }{{1, 500}, {64, 500}, {256, 500}, {256, 2000}, {1024, 2000}} {
-		inFlight := c.inFlight
-		b.Run(fmt.Sprintf("in_flight=%d/batch=%d", inFlight, c.batch), func(b *testing.B) {
-			db := pool(b)
-			tb := tables(b, db)
-			r := newRabbit(b)
-			ctx := ctxT(b)
-			q := r.Queue("bench-relay")
-			r.Declare(q)
-			conn := r.Open(broker.Config{})
-			s := outboxStore(b, db, tb, persistence.SQLOutboxStoreConfig{})
-			body := make([]byte, 256)
-			require.NoError(b, pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-				for i := range b.N {
-					rec, err := patterns.Record(ctx, conn, body, broker.To(q), broker.MessageID("b-"+strconv.Itoa(i)))
-					if err != nil {
-						return err
-					}
-					if _, err := s.Add(ctx, tx, rec); err != nil {
-						return err
-					}
-				}
-				return nil
-			}))
-			ts := &timedOutboxStore{SQLOutboxStore: s}
-			rl := relay(b, conn, ts, patterns.OutboxRelayConfig{BatchSize: c.batch, InFlight: inFlight})
-			b.ResetTimer()
-			start := time.Now()
-			n, err := rl.Sweep(ctx)
-			elapsed := time.Since(start)
-			b.StopTimer()
+		b.Run(fmt.Sprintf("in_flight=%d/batch=%d", c.inFlight, c.batch), func(b *testing.B) {
+			cfg := benchmark.Config{URL: testenv.RabbitURL(b), DB: pool(b), N: b.N}
+			m, err := benchmark.OutboxRelay(ctxT(b), cfg, c.inFlight, c.batch)
 			require.NoError(b, err)
-			require.Equal(b, b.N, n)
-			b.ReportMetric(float64(n)/elapsed.Seconds(), "records/s")
+			b.ReportMetric(float64(m.Elapsed.Nanoseconds())/float64(b.N), "ns/op")
+			b.ReportMetric(m.Rate(), "records/s")
 			// Where the sweep's time went: the store's calls, and the
 			// rest (publishing and waiting for confirms).
-			b.ReportMetric(ts.claim.Seconds()*100/elapsed.Seconds(), "%claim")
-			b.ReportMetric(ts.mark.Seconds()*100/elapsed.Seconds(), "%mark")
+			b.ReportMetric(m.Claim.Seconds()*100/m.Elapsed.Seconds(), "%claim")
+			b.ReportMetric(m.Mark.Seconds()*100/m.Elapsed.Seconds(), "%mark")
 		})
 	}
-}
-
-// timedOutboxStore adds up the time a relay spends waiting for the store:
-// claims made in line (Pending) and marking. Claims made ahead
-// (PendingAfter, promoted from the store) overlap publishing and are not
-// counted. A relay makes these calls one at a time, so plain sums do.
-type timedOutboxStore struct {
-	*persistence.SQLOutboxStore
-	claim, mark time.Duration
-}
-
-func (t *timedOutboxStore) Pending(ctx context.Context, limit int) ([]patterns.OutboxRecord, error) {
-	start := time.Now()
-	defer func() { t.claim += time.Since(start) }()
-	return t.SQLOutboxStore.Pending(ctx, limit)
-}
-
-func (t *timedOutboxStore) MarkPublished(ctx context.Context, ids ...string) error {
-	start := time.Now()
-	defer func() { t.mark += time.Since(start) }()
-	return t.SQLOutboxStore.MarkPublished(ctx, ids...)
 }
 
 // BenchmarkSendInFlight is the ceiling any relay can reach on this machine:
@@ -94,43 +48,11 @@ func (t *timedOutboxStore) MarkPublished(ctx context.Context, ids ...string) err
 func BenchmarkSendInFlight(b *testing.B) {
 	for _, inFlight := range []int{1, 16, 64, 256, 1024} {
 		b.Run(fmt.Sprintf("in_flight=%d", inFlight), func(b *testing.B) {
-			r := newRabbit(b)
-			ctx := ctxT(b)
-			q := r.Queue("bench-send")
-			r.Declare(q)
-			conn := r.Open(broker.Config{})
-			outs := make([]broker.Outgoing, b.N)
-			for i := range outs {
-				out, err := conn.Prepare(ctx, make([]byte, 256), broker.To(q), broker.Mandatory())
-				require.NoError(b, err)
-				outs[i] = out
-			}
-			var next atomic.Int64
-			var failed atomic.Value
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			start := time.Now()
-			for range inFlight {
-				wg.Go(func() {
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(b.N) {
-							return
-						}
-						if err := conn.Send(ctx, outs[i]); err != nil {
-							failed.Store(err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			if err, _ := failed.Load().(error); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msg/s")
+			cfg := benchmark.Config{URL: testenv.RabbitURL(b), N: b.N}
+			m, err := benchmark.SendInFlight(ctxT(b), cfg, inFlight)
+			require.NoError(b, err)
+			b.ReportMetric(float64(m.Elapsed.Nanoseconds())/float64(b.N), "ns/op")
+			b.ReportMetric(m.Rate(), "msg/s")
 		})
 	}
 }

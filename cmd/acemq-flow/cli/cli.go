@@ -124,7 +124,7 @@ func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 	a.brokerTLS.add(root.PersistentFlags())
 	root.AddCommand(a.versionCommand(), a.topologyCommand(), a.demoCommand(),
 		a.migrateCommand(), a.workerCommand(), a.flowsCommand(), a.startCommand(), a.runsCommand(),
-		a.replayCommand(), a.compensateCommand(), a.scheduleCommand(), a.dashboardCommand(), a.devCommand(), a.topCommand())
+		a.replayCommand(), a.compensateCommand(), a.scheduleCommand(), a.dashboardCommand(), a.devCommand(), a.topCommand(), a.benchCommand())
 	documentEnv(root)
 	return root
 }

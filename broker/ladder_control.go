@@ -35,6 +35,9 @@ type LadderStats struct {
 	// headers, dropped: not zero only when something other than a scheduler
 	// publishes into the ladder.
 	Malformed int64
+	// Unstuck is messages the rung watch moved on because the broker kept
+	// them in a rung past their due time instead of expiring them.
+	Unstuck int64
 }
 
 type ladder struct {
@@ -44,8 +47,11 @@ type ladder struct {
 	mu       sync.Mutex
 	declared bool
 	control  *Consumer
+	// stopWatch stops the rung watch; watched is closed once it returned.
+	stopWatch context.CancelFunc
+	watched   chan struct{}
 
-	scheduledN, delivered, hops, malformed atomic.Int64
+	scheduledN, delivered, hops, malformed, unstuck atomic.Int64
 }
 
 func newLadder(c *Conn, name string) *ladder { return &ladder{conn: c, name: name} }
@@ -58,7 +64,7 @@ func (c *Conn) LadderStats() LadderStats {
 	l := c.ladder
 	return LadderStats{
 		Scheduled: l.scheduledN.Load(), Delivered: l.delivered.Load(),
-		Hops: l.hops.Load(), Malformed: l.malformed.Load(),
+		Hops: l.hops.Load(), Malformed: l.malformed.Load(), Unstuck: l.unstuck.Load(),
 	}
 }
 
@@ -116,6 +122,12 @@ func (l *ladder) run(ctx context.Context) error {
 		return fmt.Errorf("start ladder control consumer: %w", err)
 	}
 	l.control = k
+	wctx, stopWatch := context.WithCancel(context.Background())
+	l.stopWatch, l.watched = stopWatch, make(chan struct{})
+	go func() {
+		defer close(l.watched)
+		l.watch(wctx)
+	}()
 	return nil
 }
 
@@ -123,10 +135,15 @@ func (l *ladder) run(ctx context.Context) error {
 // ordinary consumers, whose last retries it may still be carrying.
 func (l *ladder) stop(ctx context.Context) error {
 	l.mu.Lock()
-	k := l.control
+	k, stopWatch, watched := l.control, l.stopWatch, l.watched
 	l.mu.Unlock()
 	if k == nil {
 		return nil
+	}
+	stopWatch()
+	select {
+	case <-watched:
+	case <-ctx.Done():
 	}
 	return k.Cancel(ctx)
 }
@@ -174,7 +191,11 @@ func (l *ladder) hop(ctx context.Context, rung string, msg transport.Message) er
 
 // process is the control consumer: deliver what is due, hop the rest down
 // the ladder. Every publish is mandatory and confirmed before the ack.
-func (l *ladder) process(k *Consumer, d *transport.Delivery) {
+func (l *ladder) process(k *Consumer, d *transport.Delivery) { l.move(k.handlerCtx, d) }
+
+// move delivers d if it is due or hops it down the ladder, then
+// acknowledges it.
+func (l *ladder) move(parent context.Context, d *transport.Delivery) {
 	log := l.conn.log.With(slog.String("ladder", l.name), slog.String("message_id", d.MessageID))
 	exchange, okE := d.Headers[HeaderScheduleExchange].(string)
 	key, okK := d.Headers[HeaderScheduleRoutingKey].(string)
@@ -188,7 +209,7 @@ func (l *ladder) process(k *Consumer, d *transport.Delivery) {
 		return
 	}
 	contentType, _ := d.Headers[HeaderScheduleContentType].(string)
-	ctx, cancel := context.WithTimeout(k.handlerCtx, moveTimeout)
+	ctx, cancel := context.WithTimeout(parent, moveTimeout)
 	defer cancel()
 	msg := movable(d)
 	remaining := time.Until(time.UnixMilli(dueMs))

@@ -30,11 +30,12 @@ func (t *Transport) Close(ctx context.Context) error {
 		}
 	}
 	t.mu.Lock()
-	if t.closed {
+	if t.closed.Load() {
 		t.mu.Unlock()
 		return nil
 	}
-	t.closed = true
+	t.closed.Store(true)
+	t.live.Store(nil)
 	subs := make([]*subscription, 0, len(t.subs))
 	for sub := range t.subs {
 		subs = append(subs, sub)

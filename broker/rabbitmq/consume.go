@@ -254,10 +254,57 @@ const whyProbed = "probe delivered"
 // a probe once it has handed out one delivery.
 func (sub *subscription) pump(c *consumer) string {
 	for {
-		select {
-		case <-sub.ctx.Done():
+		d, ok := sub.receive(c)
+		if !ok && sub.ctx.Err() != nil {
 			sub.cancel(c)
 			return "cancelled"
+		}
+		if !ok {
+			return c.why()
+		}
+		td := delivery(c.h, &d)
+		if !sub.hand(td) {
+			// Never handed out: back to the queue (or, on a stream,
+			// where a nack closes the connection, acknowledged: the
+			// message stays in the stream either way).
+			if sub.opts.Stream {
+				_ = td.Settler.Ack()
+			} else {
+				_ = td.Settler.Nack(true)
+			}
+			sub.cancel(c)
+			return "cancelled"
+		}
+		if c.probe {
+			sub.cancel(c)
+			return whyProbed
+		}
+	}
+}
+
+// receive waits for c's next delivery, recording c's notifications
+// meanwhile; false when c's deliveries closed or the subscription was
+// stopped. Under load a delivery is usually waiting already: single-case
+// selects, which take no lock on a channel with nothing for them, take it
+// without the select that locks all four channels for every message. The
+// look at ctx comes first so that a steady stream of deliveries cannot hold
+// up a cancel.
+func (sub *subscription) receive(c *consumer) (amqp.Delivery, bool) {
+	done := sub.ctx.Done()
+	select {
+	case <-done:
+		return amqp.Delivery{}, false
+	default:
+	}
+	select {
+	case d, ok := <-c.deliveries:
+		return d, ok
+	default:
+	}
+	for {
+		select {
+		case <-done:
+			return amqp.Delivery{}, false
 		case _, ok := <-c.cancels:
 			// The delivery channel closes right after; keep reading it.
 			if !ok {
@@ -270,29 +317,24 @@ func (sub *subscription) pump(c *consumer) string {
 				c.closeErr = e
 			}
 		case d, ok := <-c.deliveries:
-			if !ok {
-				return c.why()
-			}
-			td := delivery(c.h, &d)
-			select {
-			case sub.out <- td:
-			case <-sub.ctx.Done():
-				// Never handed out: back to the queue (or, on a stream,
-				// where a nack closes the connection, acknowledged: the
-				// message stays in the stream either way).
-				if sub.opts.Stream {
-					_ = td.Settler.Ack()
-				} else {
-					_ = td.Settler.Nack(true)
-				}
-				sub.cancel(c)
-				return "cancelled"
-			}
-			if c.probe {
-				sub.cancel(c)
-				return whyProbed
-			}
+			return d, ok
 		}
+	}
+}
+
+// hand gives td to a worker; false if the subscription was stopped first.
+func (sub *subscription) hand(td *transport.Delivery) bool {
+	select {
+	case sub.out <- td:
+		// A worker was waiting for it: no need for the select below.
+		return true
+	default:
+	}
+	select {
+	case sub.out <- td:
+		return true
+	case <-sub.ctx.Done():
+		return false
 	}
 }
 

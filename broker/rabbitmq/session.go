@@ -29,8 +29,10 @@ type session struct {
 	// frameMax is the negotiated frame_max (0: no limit).
 	frameMax int
 
+	// pubs are the publish channels; mu serialises replacing one, and a
+	// publish reads them without it.
 	mu   sync.Mutex
-	pubs []*pubChannel
+	pubs []atomic.Pointer[pubChannel]
 	next atomic.Uint64
 
 	getMu sync.Mutex
@@ -70,13 +72,13 @@ func (t *Transport) newSession(conn *amqp.Connection, node int) (*session, error
 		return nil, transport.ErrClosed
 	}
 
-	s.pubs = make([]*pubChannel, t.cfg.PublishChannels)
+	s.pubs = make([]atomic.Pointer[pubChannel], t.cfg.PublishChannels)
 	for i := range s.pubs {
 		pc, err := s.openPublisher()
 		if err != nil {
 			return nil, err
 		}
-		s.pubs[i] = pc
+		s.pubs[i].Store(pc)
 	}
 	return s, nil
 }
@@ -85,17 +87,20 @@ func (t *Transport) newSession(conn *amqp.Connection, node int) (*session, error
 // channel exception closed while the connection stayed up.
 func (s *session) publisher() (*pubChannel, error) {
 	i := int(s.next.Add(1) % uint64(len(s.pubs)))
+	if pc := s.pubs[i].Load(); !pc.ch.IsClosed() {
+		return pc, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pc := s.pubs[i]
-	if !pc.ch.IsClosed() {
+	// Another publish may have replaced it meanwhile.
+	if pc := s.pubs[i].Load(); !pc.ch.IsClosed() {
 		return pc, nil
 	}
 	pc, err := s.openPublisher()
 	if err != nil {
 		return nil, err
 	}
-	s.pubs[i] = pc
+	s.pubs[i].Store(pc)
 	s.t.log.Info("rabbitmq replaced a closed publish channel", slog.Uint64("generation", s.gen))
 	return pc, nil
 }

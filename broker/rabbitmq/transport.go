@@ -27,9 +27,15 @@ type Transport struct {
 
 	topo topologyRecord
 
-	mu      sync.Mutex
-	closed  bool
-	cur     *session      // nil while between connections
+	mu sync.Mutex
+	// closed is set, under mu, by Close; read without mu where a lock per
+	// message would be contended (a settlement's check).
+	closed atomic.Bool
+	cur    *session // nil while between connections
+	// live is cur while the transport is open, nil once Close began: what
+	// session hands out without taking mu, which every publish would
+	// otherwise contend for.
+	live    atomic.Pointer[session]
 	changed chan struct{} // closed and replaced whenever cur changes
 	gen     uint64
 	subs    map[*subscription]struct{}
@@ -75,9 +81,12 @@ func (t *Transport) LocalAddr() net.Addr {
 // session waits, bounded by ctx, for a connection that is still open. It
 // returns transport.ErrClosed once the transport is closed.
 func (t *Transport) session(ctx context.Context) (*session, error) {
+	if s := t.live.Load(); s != nil && !s.conn.IsClosed() {
+		return s, nil
+	}
 	for {
 		t.mu.Lock()
-		if t.closed {
+		if t.closed.Load() {
 			t.mu.Unlock()
 			return nil, transport.ErrClosed
 		}
@@ -102,21 +111,20 @@ func (t *Transport) session(ctx context.Context) (*session, error) {
 func (t *Transport) setSession(s *session) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s != nil && t.closed {
+	if s != nil && t.closed.Load() {
 		return false
 	}
 	t.cur = s
+	if !t.closed.Load() {
+		t.live.Store(s)
+	}
 	close(t.changed)
 	t.changed = make(chan struct{})
 	return true
 }
 
 // isClosed reports whether Close has been called.
-func (t *Transport) isClosed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.closed
-}
+func (t *Transport) isClosed() bool { return t.closed.Load() }
 
 // goOwned runs f as a goroutine the transport owns, which Close waits for.
 // Once the transport is closed it refuses (false) without running f, so that
@@ -124,7 +132,7 @@ func (t *Transport) isClosed() bool {
 func (t *Transport) goOwned(f func()) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	if t.closed.Load() {
 		return false
 	}
 	t.wg.Add(1)

@@ -63,3 +63,13 @@ chaos:
 ## chaos-short: scenarios 1 and 4 at 2,000 runs, what CI runs
 chaos-short:
 	scripts/chaos.sh -scenarios 1,4 -runs 2000
+
+.PHONY: cluster cluster-short
+
+## cluster: the cluster scenarios (a node stopped, a leaders' node killed or frozen, everything over TLS) at full size, on a three-node RabbitMQ cluster and a TLS-only PostgreSQL of their own (docs/operations.md)
+cluster:
+	scripts/cluster.sh
+
+## cluster-short: scenarios 1 to 3 at 1,000 runs each, what CI runs
+cluster-short:
+	scripts/cluster.sh -scenarios 1,2,3 -runs 1000

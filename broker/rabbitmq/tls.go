@@ -12,9 +12,16 @@ import (
 // The query parameters of an amqps:// URL that configure TLS: the names
 // amqp091-go, RabbitMQ's URI specification and the other AceMQ clients read.
 const (
+	// QueryCACertFile names a PEM file of the CAs that sign the broker's
+	// certificates (Config.CAFile).
 	QueryCACertFile = "cacertfile"
-	QueryCertFile   = "certfile"
-	QueryKeyFile    = "keyfile"
+	// QueryCertFile names a PEM client certificate (Config.CertFile).
+	QueryCertFile = "certfile"
+	// QueryKeyFile names the PEM key of the client certificate
+	// (Config.KeyFile).
+	QueryKeyFile = "keyfile"
+	// QueryServerName is the name the broker's certificates must be issued
+	// to (Config.ServerName).
 	QueryServerName = "server_name_indication"
 )
 

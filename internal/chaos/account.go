@@ -179,7 +179,7 @@ const maxScanned = 100_000
 // parking queue, and the ladder's. Nothing consumes them any more; every
 // message read goes back to its queue when the scan's channel closes.
 func (s *session) scanQueues(ctx context.Context) (map[string][]string, error) {
-	conn, err := amqp.Dial(s.cfg.amqpURL)
+	conn, err := amqp.Dial(firstNode(s.cfg.amqpURL))
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}

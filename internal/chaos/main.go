@@ -41,7 +41,13 @@ type config struct {
 	// amqpURL is the chaos RabbitMQ node; databaseURL is the chaos
 	// cluster's maintenance database, where each scenario creates its own.
 	amqpURL, databaseURL string
-	output               string
+	// suite is the scenarios' list: "chaos" (scripts/chaos.sh) or
+	// "cluster" (scripts/cluster.sh). tlsAMQPURL is the cluster's nodes
+	// over amqps, for the cluster scenarios that run over TLS; wrongCA a
+	// CA that signed none of its certificates.
+	suite               string
+	tlsAMQPURL, wrongCA string
+	output              string
 	// expireDeadClaims expires a killed worker's idempotency claims at
 	// once rather than waiting out their lease.
 	expireDeadClaims bool
@@ -68,7 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var rows []row
 	for _, n := range cfg.scenarios {
-		rows = append(rows, runScenario(ctx, cfg, scenarios[n-1], stderr))
+		rows = append(rows, runScenario(ctx, cfg, suites[cfg.suite][n-1], stderr))
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "chaos: interrupted")
 			break
@@ -93,7 +99,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	list := fs.String("scenarios", "1,2,3,4,5,6", "scenarios to run, comma-separated (see docs/chaos.md)")
+	list := fs.String("scenarios", "", "scenarios to run, comma-separated (see docs/chaos.md; default: every scenario of the suite)")
+	fs.StringVar(&cfg.suite, "suite", "chaos", "the scenarios: chaos (docs/chaos.md) or cluster (docs/operations.md)")
+	fs.StringVar(&cfg.tlsAMQPURL, "tls-amqp-url", "", "cluster suite: the cluster's nodes over amqps://, with the client's TLS settings in the query")
+	fs.StringVar(&cfg.wrongCA, "wrong-ca", "", "cluster suite: a CA file that signed none of the cluster's certificates")
 	fs.IntVar(&cfg.runs, "runs", 0, "runs per scenario (0: each scenario's own size)")
 	fs.StringVar(&cfg.bin, "bin", "", "the chaos flow binary (go build ./internal/chaos/flowbin)")
 	fs.StringVar(&cfg.ctl, "ctl", "", "scripts/chaos.sh, whose ctl actions stop and start the services")
@@ -110,10 +119,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	scenarios, ok := suites[cfg.suite]
+	if !ok {
+		return cfg, fmt.Errorf("-suite %q: want chaos or cluster", cfg.suite)
+	}
+	if *list == "" {
+		for _, sc := range scenarios {
+			*list += fmt.Sprintf(",%d", sc.n)
+		}
+		*list = (*list)[1:]
+	}
 	for f := range strings.SplitSeq(*list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > len(scenarios) {
-			return cfg, fmt.Errorf("-scenarios: %q is not a scenario (1 to %d)", f, len(scenarios))
+			return cfg, fmt.Errorf("-scenarios: %q is not a scenario of the %s suite (1 to %d)", f, cfg.suite, len(scenarios))
 		}
 		if !slices.Contains(cfg.scenarios, n) {
 			cfg.scenarios = append(cfg.scenarios, n)
@@ -124,6 +143,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-runs %d: want 0 or more", cfg.runs)
 	case cfg.bin == "" || cfg.ctl == "" || cfg.amqpURL == "" || cfg.databaseURL == "":
 		return cfg, errors.New("-bin, -ctl, -amqp-url and -database-url are required (scripts/chaos.sh sets them)")
+	case cfg.suite == "cluster" && (cfg.tlsAMQPURL == "" || cfg.wrongCA == ""):
+		return cfg, errors.New("-tls-amqp-url and -wrong-ca are required by the cluster suite (scripts/cluster.sh sets them)")
 	case cfg.output != "text" && cfg.output != "json":
 		return cfg, fmt.Errorf("-o %q: want text or json", cfg.output)
 	}

@@ -33,7 +33,17 @@ type scenario struct {
 	// faultFirst holds the first start until fault has returned: the
 	// fault is in place from before the first run.
 	faultFirst bool
+	// tls runs the scenario on config.tlsAMQPURL (the cluster over amqps).
+	tls bool
+	// workerURL, when set, is the broker URL the workers get instead of
+	// the driver's own (the same nodes in another order).
+	workerURL func(driverURL string) (string, error)
+	// setup runs before the workers start.
+	setup func(ctx context.Context, s *session) error
 }
+
+// suites are the scenario lists -suite chooses from.
+var suites = map[string][]scenario{"chaos": scenarios, "cluster": clusterScenarios}
 
 // scenarios are the scenarios of docs/chaos.md, in order.
 var scenarios = []scenario{

@@ -92,6 +92,16 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 	if cfg.runs > 0 {
 		s.runs = cfg.runs
 	}
+	if sc.tls {
+		cfg.amqpURL = cfg.tlsAMQPURL
+		s.cfg = cfg
+	}
+	workerURL := cfg.amqpURL
+	if sc.workerURL != nil {
+		if workerURL, err = sc.workerURL(cfg.amqpURL); err != nil {
+			return nil, err
+		}
+	}
 	s.flow = s.prefix + "." + sc.flow
 	s.ladder = s.prefix + ".schedule"
 	s.final, s.lastEffect, s.expected = journal.Completed, "c", chaosflow.PipelineSteps
@@ -136,7 +146,7 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 			return nil, err
 		}
 	}
-	env := append(cleanEnviron(), "ACEMQ_URL="+cfg.amqpURL, "ACEMQ_DATABASE_URL="+s.dbURL,
+	env := append(cleanEnviron(), "ACEMQ_URL="+workerURL, "ACEMQ_DATABASE_URL="+s.dbURL,
 		"ACEMQ_LADDER="+s.ladder, "CHAOS_PREFIX="+s.prefix)
 	s.fleet = newFleet(ctx, cfg.bin, cfg.logs, s.prefix, env, s)
 	return s, nil
@@ -180,6 +190,12 @@ func cleanEnviron() []string {
 // run to end, stops everything and counts.
 func (s *session) run(ctx context.Context, progress io.Writer) row {
 	r := row{Scenario: s.sc.n, Name: s.sc.name}
+	if s.sc.setup != nil {
+		if err := s.sc.setup(ctx, s); err != nil {
+			s.fail("set up: %v", err)
+			return s.finish(ctx, r, progress)
+		}
+	}
 	for range s.sc.workers {
 		if _, err := s.fleet.start(ctx); err != nil {
 			s.fail("start a worker: %v", err)

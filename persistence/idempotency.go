@@ -3,6 +3,7 @@ package persistence
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,7 +57,9 @@ type SQLIdempotencyStoreConfig struct {
 // key taken over by another delivery of the same message in the same
 // process, and its Forget would then give up that newer claim too. Keep
 // ClaimTimeout above the longest handler (a lease that runs out mid-handler
-// already means the work may run twice).
+// already means the work may run twice). A claim this instance let go of
+// while the database was away (its Forget failed) is taken back by its
+// next Claim of the key, instead of stalling the message for a lease.
 //
 // Each Claim and Confirm is one autocommitted statement, so its cost is a
 // durable commit, and concurrent consumers only overlap their commits if
@@ -73,6 +76,11 @@ type SQLIdempotencyStore struct {
 	retention  time.Duration
 	purgeBatch int
 	holder     string
+	// held lists the keys this instance claimed and has not let go of
+	// (Confirm, Complete or Forget, whether or not the database took it):
+	// a live claim of its own that is not held was left behind by a
+	// Forget the database never got, and Claim takes it back.
+	held sync.Map // string -> struct{}
 }
 
 var _ patterns.TxStore = (*SQLIdempotencyStore)(nil)
@@ -120,13 +128,14 @@ func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.C
 			return 0, fmt.Errorf("idempotency %s: claim: %w", s.t.Idempotency, err)
 		}
 		if won {
+			s.held.Store(key, struct{}{})
 			return patterns.ClaimClaimed, nil
 		}
 		var (
-			state string
-			live  bool
+			state, holder string
+			live          bool
 		)
-		err = s.db.QueryRow(ctx, s.sql.look, []byte(key)).Scan(&state, &live)
+		err = s.db.QueryRow(ctx, s.sql.look, []byte(key)).Scan(&state, &live, &holder)
 		switch {
 		case err != nil && isNoRows(err):
 			continue
@@ -136,11 +145,39 @@ func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.C
 			continue
 		case state == "confirmed":
 			return patterns.ClaimDuplicate, nil
+		case holder == s.holder && !s.holds(key):
+			// This instance's own claim, which it let go of while the
+			// database was away: nobody works on it, take it back now
+			// rather than in a lease.
+			if taken, err := s.reclaim(ctx, key); err != nil || taken {
+				return patterns.ClaimClaimed, err
+			}
+			continue
 		default:
 			return patterns.ClaimInProgress, nil
 		}
 	}
 	return 0, fmt.Errorf("idempotency %s: claim: the key changed hands %d times in a row", s.t.Idempotency, idemClaimTries)
+}
+
+// holds reports whether this instance holds key's claim.
+func (s *SQLIdempotencyStore) holds(key string) bool {
+	_, ok := s.held.Load(key)
+	return ok
+}
+
+// reclaim renews this instance's own claim on key; false when it is no
+// longer there to renew.
+func (s *SQLIdempotencyStore) reclaim(ctx context.Context, key string) (bool, error) {
+	tag, err := s.db.Exec(ctx, s.sql.reclaim, []byte(key), s.holder, s.lease.Seconds())
+	if err != nil {
+		return false, fmt.Errorf("idempotency %s: take back a claim: %w", s.t.Idempotency, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	s.held.Store(key, struct{}{})
+	return true, nil
 }
 
 // FirstTime is Claim(key) == patterns.ClaimClaimed.
@@ -152,6 +189,7 @@ func (s *SQLIdempotencyStore) FirstTime(ctx context.Context, key string) (bool, 
 // Confirm records that key's work was done: it is a duplicate for
 // Retention from now, whoever held the claim.
 func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
+	s.held.Delete(key)
 	_, err := s.db.Exec(ctx, s.sql.confirm,
 		[]byte(key), s.holder, s.retention.Seconds())
 	if err != nil {
@@ -163,6 +201,7 @@ func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
 // Complete records that key's work was done, as Confirm does, and keeps
 // result in its row until Confirm.
 func (s *SQLIdempotencyStore) Complete(ctx context.Context, key string, result []byte) error {
+	s.held.Delete(key)
 	_, err := s.db.Exec(ctx, s.sql.complete, []byte(key), s.holder, s.retention.Seconds(), result)
 	if err != nil {
 		return fmt.Errorf("idempotency %s: complete: %w", s.t.Idempotency, err)
@@ -183,6 +222,7 @@ func (s *SQLIdempotencyStore) CompleteInTx(ctx context.Context, key string, work
 	if work == nil {
 		return fmt.Errorf("%w: idempotency: nil work", broker.ErrInvalidOption)
 	}
+	defer s.held.Delete(key)
 	return inTx(ctx, s.db, func(tx pgx.Tx) error {
 		result, err := work(context.WithValue(ctx, txKey{}, tx))
 		if err != nil {
@@ -221,6 +261,7 @@ func (s *SQLIdempotencyStore) Result(ctx context.Context, key string) ([]byte, b
 // It never removes a confirmation (that would undo work that was done) nor
 // another holder's claim (that would put two consumers on one message).
 func (s *SQLIdempotencyStore) Forget(ctx context.Context, key string) error {
+	s.held.Delete(key)
 	_, err := s.db.Exec(ctx, s.sql.forget, []byte(key), s.holder)
 	if err != nil {
 		return fmt.Errorf("idempotency %s: forget: %w", s.t.Idempotency, err)
@@ -250,7 +291,7 @@ func (s *SQLIdempotencyStore) PurgeExpired(ctx context.Context) (int64, error) {
 // (rendering builds a strings.Replacer, which cost more Go time than the
 // rest of a claim did).
 type idemStatements struct {
-	claim, look, confirm, complete, completeHeld, result, forget, purge string
+	claim, look, reclaim, confirm, complete, completeHeld, result, forget, purge string
 }
 
 func renderIdemStatements(t Tables) idemStatements {
@@ -262,7 +303,10 @@ func renderIdemStatements(t Tables) idemStatements {
 			SET state = 'claimed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
 			WHERE cur.expires_at <= now()
 			RETURNING 1`),
-		look: t.render(`SELECT state, expires_at > now() FROM {{idempotency}} WHERE key = $1`),
+		look: t.render(`SELECT state, expires_at > now(), holder FROM {{idempotency}} WHERE key = $1`),
+		reclaim: t.render(`
+			UPDATE {{idempotency}} SET expires_at = now() + $3 * interval '1 second'
+			WHERE key = $1 AND state = 'claimed' AND holder = $2`),
 		confirm: t.render(`
 			INSERT INTO {{idempotency}} (key, state, holder, expires_at)
 			VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second')

@@ -390,3 +390,47 @@ func TestSQLIdempotencyCompleteInTx(t *testing.T) {
 	require.Equal(t, 1, count())
 	require.ErrorIs(t, fast.CompleteInTx(ctx, "k", nil), broker.ErrInvalidOption)
 }
+
+// failingDB refuses every Exec while down is set: the database away.
+type failingDB struct {
+	persistence.DB
+	down atomic.Bool
+}
+
+func (f *failingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if f.down.Load() {
+		return pgconn.CommandTag{}, fmt.Errorf("database away")
+	}
+	return f.DB.Exec(ctx, sql, args...)
+}
+
+// TestSQLIdempotencyForgetLostIsTakenBack: a claim whose Forget the
+// database never got is taken back by the store that held it at its next
+// Claim, not a lease later; to any other store it is still in progress,
+// and so it is to its own store while it holds it.
+func TestSQLIdempotencyForgetLostIsTakenBack(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	ctx := ctxT(t)
+	fdb := &failingDB{DB: db}
+	mine := idemStore(t, fdb, tb, persistence.SQLIdempotencyStoreConfig{})
+	other := idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{})
+	claim := func(s *persistence.SQLIdempotencyStore) patterns.Claim {
+		t.Helper()
+		c, err := s.Claim(ctx, "k")
+		require.NoError(t, err)
+		return c
+	}
+	require.Equal(t, patterns.ClaimClaimed, claim(mine))
+	require.Equal(t, patterns.ClaimInProgress, claim(mine), "held: a second delivery in the same process waits")
+	fdb.down.Store(true)
+	require.Error(t, mine.Forget(ctx, "k"), "the database is away: the claim stays in it")
+	fdb.down.Store(false)
+	require.Equal(t, patterns.ClaimInProgress, claim(other), "another holder still sees it in progress")
+	require.Equal(t, patterns.ClaimClaimed, claim(mine), "its holder takes it back at once")
+	require.Equal(t, patterns.ClaimInProgress, claim(mine))
+	require.NoError(t, mine.Confirm(ctx, "k"))
+	require.Equal(t, patterns.ClaimDuplicate, claim(mine))
+	require.Equal(t, patterns.ClaimDuplicate, claim(other))
+}

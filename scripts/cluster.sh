@@ -177,21 +177,36 @@ running() {
 	done
 }
 
-redelivered_expr='
-	lists:sum([maps:get(messages_redelivered_total, Counters, 0)
+# redelivered_expr reads every node's count of redeliveries in one
+# rabbitmqctl call: [{clu1@localhost,12},{clu2@localhost,{badrpc,nodedown}},
+# ...].
+redelivered_expr() {
+	local n list=
+	for n in "${nodes[@]}"; do
+		list+="${list:+, }'$(node_name "$n")'"
+	done
+	cat <<EOF
+	Sum = fun() -> lists:sum([maps:get(messages_redelivered_total, Counters, 0)
 		|| {Labels, Counters} <- maps:to_list(rabbit_global_counters:overview()),
-		   lists:member({protocol, amqp091}, Labels)]).'
+		   lists:member({protocol, amqp091}, Labels)]) end,
+	[{N, rpc:call(N, erlang, apply, [Sum, []], 5000)} || N <- [$list]].
+EOF
+}
 
 # redelivered prints the cluster's count of redeliveries: the sum over the
 # nodes of each one's counter, which a node's restart starts again from
 # zero, so the count it had before is kept in $dir/redelivered.N (the last
 # value read) and $dir/redelivered-base.N (what its earlier lives counted).
 redelivered() {
-	local n total=0 now last base
+	local n total=0 now last base out first
+	first=$(running | sed -n 1p)
+	[ -n "$first" ] || die "redelivered: no node runs"
+	out=$(ctl_on "$first" eval "$(redelivered_expr)" | tr -d ' \n')
 	for n in "${nodes[@]}"; do
 		last=$(cat "$dir/redelivered.$n" 2>/dev/null || echo 0)
 		base=$(cat "$dir/redelivered-base.$n" 2>/dev/null || echo 0)
-		if now=$(ctl_on "$n" eval "$redelivered_expr" 2>/dev/null) && [[ $now =~ ^[0-9]+$ ]]; then
+		now=$(sed -n "s/.*{'\\?$(node_name "$n")'\\?,\([0-9][0-9]*\)}.*/\1/p" <<<"$out")
+		if [ -n "$now" ]; then
 			if [ "$now" -lt "$last" ]; then
 				base=$((base + last))
 				echo "$base" >"$dir/redelivered-base.$n"

@@ -43,6 +43,9 @@ type LadderStats struct {
 type ladder struct {
 	conn *Conn
 	name string
+	// latenessAttrs label acemq.schedule.lateness, built once rather than
+	// per delivered message.
+	latenessAttrs []metric.RecordOption
 
 	mu       sync.Mutex
 	declared bool
@@ -54,7 +57,10 @@ type ladder struct {
 	scheduledN, delivered, hops, malformed, unstuck atomic.Int64
 }
 
-func newLadder(c *Conn, name string) *ladder { return &ladder{conn: c, name: name} }
+func newLadder(c *Conn, name string) *ladder {
+	return &ladder{conn: c, name: name,
+		latenessAttrs: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("ladder", name)))}}
+}
 
 // Ladder is the name of the connection's scheduler ladder.
 func (c *Conn) Ladder() string { return c.ladder.name }
@@ -196,27 +202,29 @@ func (l *ladder) process(k *Consumer, d *transport.Delivery) { l.move(k.handlerC
 // move delivers d if it is due or hops it down the ladder, then
 // acknowledges it.
 func (l *ladder) move(parent context.Context, d *transport.Delivery) {
-	log := l.conn.log.With(slog.String("ladder", l.name), slog.String("message_id", d.MessageID))
+	// Built only when a line is written: With allocates, and a move that
+	// goes well writes none.
+	log := func() *slog.Logger {
+		return l.conn.log.With(slog.String("ladder", l.name), slog.String("message_id", d.MessageID))
+	}
 	exchange, okE := d.Headers[HeaderScheduleExchange].(string)
 	key, okK := d.Headers[HeaderScheduleRoutingKey].(string)
 	dueMs, okD := transport.Int(d.Headers[HeaderScheduleDueAt])
 	if !okE || !okK || !okD {
 		l.malformed.Add(1)
-		log.Warn("dropping a message without schedule headers from the control queue")
+		log().Warn("dropping a message without schedule headers from the control queue")
 		if err := d.Ack(); err != nil {
-			log.Debug("ack malformed", slog.Any("error", err))
+			log().Debug("ack malformed", slog.Any("error", err))
 		}
 		return
 	}
 	contentType, _ := d.Headers[HeaderScheduleContentType].(string)
 	ctx, cancel := context.WithTimeout(parent, moveTimeout)
 	defer cancel()
-	msg := movable(d)
 	remaining := time.Until(time.UnixMilli(dueMs))
 	var err error
 	if remaining <= 0 {
-		out := msg
-		out.Headers = msg.Headers.Clone()
+		out := movable(d)
 		for _, h := range []string{HeaderScheduleExchange, HeaderScheduleRoutingKey, HeaderScheduleDueAt, HeaderScheduleContentType} {
 			delete(out.Headers, h)
 		}
@@ -224,21 +232,21 @@ func (l *ladder) move(parent context.Context, d *transport.Delivery) {
 		err = l.conn.send(ctx, Outgoing{Exchange: exchange, RoutingKey: key, Mandatory: true, Message: out})
 		if err == nil {
 			l.delivered.Add(1)
-			l.conn.tel.lateness.Record(ctx, -remaining.Seconds(), metric.WithAttributes(attribute.String("ladder", l.name)))
+			l.conn.tel.lateness.Record(ctx, -remaining.Seconds(), l.latenessAttrs...)
 		} else if Refused(err) {
 			// The target refused it (nothing bound yet, a full queue, a
 			// missing exchange): try again a second later rather than
 			// spinning through the control queue, and keep the rung-refusal
 			// handling below for the ladder's own queues.
-			log.Debug("scheduled target refused the message; retrying in 1s", slog.String("exchange", exchange),
+			log().Debug("scheduled target refused the message; retrying in 1s", slog.String("exchange", exchange),
 				slog.String("key", key), slog.Any("error", err))
-			err = l.hop(ctx, rungs[len(rungs)-1].Suffix, msg)
+			err = l.hop(ctx, rungs[len(rungs)-1].Suffix, movable(d))
 			if err == nil {
 				l.hops.Add(1)
 			}
 		}
 	} else {
-		err = l.hop(ctx, RungFor(remaining), msg)
+		err = l.hop(ctx, RungFor(remaining), movable(d))
 		if err == nil {
 			l.hops.Add(1)
 		}
@@ -246,23 +254,23 @@ func (l *ladder) move(parent context.Context, d *transport.Delivery) {
 	switch {
 	case err == nil:
 		if err := d.Ack(); err != nil {
-			log.Debug("ladder ack failed; the message will be redelivered", slog.Any("error", err))
+			log().Debug("ladder ack failed; the message will be redelivered", slog.Any("error", err))
 		}
 	case Refused(err):
 		// A rung refused it (deleted, or full): declare the ladder again
 		// and hand the message back to the control queue.
-		log.Warn("ladder rung refused a message; redeclaring and requeueing", slog.Any("error", err))
+		log().Warn("ladder rung refused a message; redeclaring and requeueing", slog.Any("error", err))
 		l.mu.Lock()
 		l.declared = false
 		derr := l.declareLocked(ctx)
 		l.mu.Unlock()
 		if derr != nil {
-			log.Warn("redeclare ladder", slog.Any("error", derr))
+			log().Warn("redeclare ladder", slog.Any("error", derr))
 		}
 		if err := d.Nack(true); err != nil {
-			log.Debug("ladder requeue failed", slog.Any("error", err))
+			log().Debug("ladder requeue failed", slog.Any("error", err))
 		}
 	default:
-		log.Warn("ladder move did not complete; the message will be redelivered", slog.Any("error", err))
+		log().Warn("ladder move did not complete; the message will be redelivered", slog.Any("error", err))
 	}
 }

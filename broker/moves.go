@@ -61,31 +61,37 @@ func (k *Consumer) setAside(d *transport.Delivery, suffix, reason, outcome strin
 	ctx, cancel := k.moveContext()
 	defer cancel()
 	err := k.conn.send(ctx, Outgoing{RoutingKey: k.queue + suffix, Mandatory: true, Message: msg})
-	log := k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", d.MessageID), slog.String("reason", reason))
+	// Built only when a line is written: With allocates, and a move that
+	// goes well writes at most one line, at a level often disabled.
+	log := func() *slog.Logger {
+		return k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", d.MessageID), slog.String("reason", reason))
+	}
 	switch {
 	case err == nil:
 		if err := d.Ack(); err != nil {
-			log.Warn("set aside, but the ack failed: the message will be redelivered as well", slog.Any("error", err))
+			log().Warn("set aside, but the ack failed: the message will be redelivered as well", slog.Any("error", err))
 		}
-		log.Info("message set aside", slog.String("to", k.queue+suffix))
+		if k.conn.log.Enabled(ctx, slog.LevelInfo) {
+			log().Info("message set aside", slog.String("to", k.queue+suffix))
+		}
 		return outcome
 	case Refused(err) && k.cfg.stream:
 		// Never nack a stream: the position moves on, and this log line and
 		// the "skipped" outcome are the only record of the gap.
-		log.Error("stream message could not be set aside; skipping it", slog.Any("offset", d.Headers[HeaderStreamOffset]), slog.Any("error", err))
+		log().Error("stream message could not be set aside; skipping it", slog.Any("offset", d.Headers[HeaderStreamOffset]), slog.Any("error", err))
 		if err := d.Ack(); err != nil {
 			return OutcomeLabelUnsettled
 		}
 		return OutcomeLabelSkipped
 	case Refused(err):
-		log.Warn("set-aside refused; rejecting to the queue's dead-letter exchange", slog.Any("error", err))
+		log().Warn("set-aside refused; rejecting to the queue's dead-letter exchange", slog.Any("error", err))
 		if err := d.Nack(false); err != nil {
-			log.Warn("reject failed: the message will be redelivered", slog.Any("error", err))
+			log().Warn("reject failed: the message will be redelivered", slog.Any("error", err))
 			return OutcomeLabelUnsettled
 		}
 		return outcome
 	default:
-		log.Warn("set-aside did not complete: the message will be redelivered", slog.Any("error", err))
+		log().Warn("set-aside did not complete: the message will be redelivered", slog.Any("error", err))
 		return OutcomeLabelUnsettled
 	}
 }
@@ -108,18 +114,22 @@ func (k *Consumer) retry(d *transport.Delivery, m *Message, cause error) string 
 	ctx, cancel := k.moveContext()
 	defer cancel()
 	err := k.conn.ladder.schedule(ctx, time.Now().Add(delay), "", k.queue, msg)
-	log := k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", m.ID), slog.Int("attempt", m.Attempt))
+	log := func() *slog.Logger {
+		return k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", m.ID), slog.Int("attempt", m.Attempt))
+	}
 	switch {
 	case err == nil:
 		if err := d.Ack(); err != nil {
-			log.Warn("retry scheduled, but the ack failed: the message will be redelivered as well", slog.Any("error", err))
+			log().Warn("retry scheduled, but the ack failed: the message will be redelivered as well", slog.Any("error", err))
 		}
-		log.Debug("retry scheduled", slog.Duration("delay", delay), slog.Any("cause", cause))
+		if k.conn.log.Enabled(ctx, slog.LevelDebug) {
+			log().Debug("retry scheduled", slog.Duration("delay", delay), slog.Any("cause", cause))
+		}
 		return OutcomeLabelRetried
 	case Refused(err):
 		return k.giveUp(d, fmt.Sprintf("%v (the retry could not be scheduled: %v)", cause, err))
 	default:
-		log.Warn("retry did not complete: the message will be redelivered", slog.Any("error", err))
+		log().Warn("retry did not complete: the message will be redelivered", slog.Any("error", err))
 		return OutcomeLabelUnsettled
 	}
 }
@@ -132,7 +142,9 @@ func (k *Consumer) putBack(d *transport.Delivery, delay time.Duration) string {
 	}
 	ctx, cancel := k.moveContext()
 	defer cancel()
-	log := k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", d.MessageID))
+	log := func() *slog.Logger {
+		return k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", d.MessageID))
+	}
 	err := k.conn.ladder.run(ctx)
 	if err == nil {
 		err = k.conn.ladder.schedule(ctx, time.Now().Add(delay), "", k.queue, movable(d))
@@ -140,17 +152,17 @@ func (k *Consumer) putBack(d *transport.Delivery, delay time.Duration) string {
 	switch {
 	case err == nil:
 		if err := d.Ack(); err != nil {
-			log.Warn("put back, but the ack failed: the message will be redelivered as well", slog.Any("error", err))
+			log().Warn("put back, but the ack failed: the message will be redelivered as well", slog.Any("error", err))
 		}
 		return OutcomeLabelInProgress
 	case Refused(err):
-		log.Warn("put-back refused; requeueing to the broker", slog.Any("error", err))
+		log().Warn("put-back refused; requeueing to the broker", slog.Any("error", err))
 		if err := d.Nack(true); err != nil {
 			return OutcomeLabelUnsettled
 		}
 		return OutcomeLabelInProgress
 	default:
-		log.Warn("put-back did not complete: the message will be redelivered", slog.Any("error", err))
+		log().Warn("put-back did not complete: the message will be redelivered", slog.Any("error", err))
 		return OutcomeLabelUnsettled
 	}
 }

@@ -67,7 +67,7 @@ func Dial(ctx context.Context, url string, cfg Config) (*Transport, error) {
 			break
 		}
 		if i+1 < len(u.nodes) {
-			t.log.Warn("rabbitmq node refused the connection; trying the next", slog.String("node", n.addr),
+			t.log.Warn("rabbitmq could not connect to a node; trying the next", slog.String("node", n.addr),
 				slog.String("next", u.nodes[i+1].addr), slog.Any("error", err))
 		}
 	}

@@ -68,7 +68,7 @@ func TestNodeListSkipsANodeThatRefuses(t *testing.T) {
 	require.Equal(t, real, tr.Node())
 	require.Equal(t, []string{"127.0.0.1:1", real}, tr.Nodes())
 	require.Equal(t, "amqp://guest@127.0.0.1:1,"+real+"/", tr.Name())
-	require.Contains(t, logs.String(), `msg="rabbitmq node refused the connection; trying the next" transport=amqp://guest@127.0.0.1:1,`+real+"/ node=127.0.0.1:1 next="+real)
+	require.Contains(t, logs.String(), `msg="rabbitmq could not connect to a node; trying the next" transport=amqp://guest@127.0.0.1:1,`+real+"/ node=127.0.0.1:1 next="+real)
 	require.Contains(t, logs.String(), `msg="rabbitmq connected" transport=amqp://guest@127.0.0.1:1,`+real+"/ node="+real)
 	require.NotContains(t, logs.String(), "guest:guest")
 }

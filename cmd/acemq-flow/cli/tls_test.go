@@ -110,7 +110,7 @@ func TestCommandsOverTLSAndANodeList(t *testing.T) {
 	require.NotContains(t, mig.Database, "sslrootcert")
 
 	w := fx.startWorker()
-	require.Contains(t, w.stderr.String(), `msg="rabbitmq node refused the connection; trying the next"`)
+	require.Contains(t, w.stderr.String(), `msg="rabbitmq could not connect to a node; trying the next"`)
 	require.Contains(t, w.stderr.String(), `msg="rabbitmq connected" transport=amqps://guest@127.0.0.1:1,`+n.addr+"/ node="+n.addr)
 	id := fx.start("orders", `{"id":"tls","amount":3}`)
 	done := fx.waitStatus(id, journal.Completed, 20*time.Second)

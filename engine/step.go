@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
 	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/patterns"
@@ -399,14 +400,23 @@ func (e *Engine) send(ctx context.Context, step string, k kept) (ack broker.Ack,
 	}
 	if err != nil {
 		he := &patterns.HopError{Step: step, To: k.out.RoutingKey, Err: err}
-		if broker.Refused(err) && !errors.Is(err, broker.ErrUnroutable) {
-			// Refused for what it is, not for where it goes: it will be
-			// refused the next time too.
+		if unsendable(err) {
+			// Refused for what it is: it will be refused the next time too.
 			return broker.Reject(broker.Fatal(he)), false
 		}
+		// Unroutable, nacked (a quorum queue between leaders nacks for a
+		// while after losing a node) or lost with the connection: the same
+		// message may well go next time.
 		return broker.Retry(he), false
 	}
 	return broker.Accept(), true
+}
+
+// unsendable reports whether the broker refused a message for what it is
+// (its headers, its expiration, its size), which no retry changes.
+func unsendable(err error) bool {
+	return errors.Is(err, transport.ErrInvalidHeader) || errors.Is(err, transport.ErrInvalidExpiration) ||
+		errors.Is(err, transport.ErrTooLarge)
 }
 
 func (e *Engine) confirm(ctx context.Context, key string) {

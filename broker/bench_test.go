@@ -93,10 +93,10 @@ func BenchmarkPublishConfirmed(b *testing.B) {
 		})
 	})
 	// What broker sends, by hand: persistent, content type, message id,
-	// timestamp, confirmed; one confirm-mode channel per goroutine, as
-	// amqp091-go's documentation advises. broker also writes two headers
-	// (x-acemq-first-seen, x-acemq-attempt) and a correlation id, which
-	// are its work, not the baseline's.
+	// timestamp, confirmed; one confirm-mode channel per goroutine, none
+	// shared. broker also writes two headers (x-acemq-first-seen,
+	// x-acemq-attempt) and a correlation id, which are its work, not the
+	// baseline's.
 	b.Run("amqp091", func(b *testing.B) {
 		_, url, q := benchConn(b)
 		ac, err := amqp.Dial(url)

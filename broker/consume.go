@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acemq/acemq-flow/broker/transport"
 )
@@ -33,6 +34,9 @@ type Consumer struct {
 	abort      context.CancelFunc
 	stopping   atomic.Bool
 	done       chan struct{}
+	// settling counts the deliveries waiting in BeforeSettle's function
+	// off their handler's slot.
+	settling sync.WaitGroup
 
 	cancelOnce sync.Once
 	cancelErr  error
@@ -128,6 +132,7 @@ func (k *Consumer) subscribe(ctx context.Context) error {
 	}
 	go func() {
 		workers.Wait()
+		k.settling.Wait()
 		if err := sub.Err(); err != nil {
 			k.conn.log.Error("consumer ended: nothing consumes its queue on this connection any more",
 				slog.String("queue", k.queue), slog.Any("error", err))
@@ -210,12 +215,14 @@ func (k *Consumer) Cancel(ctx context.Context) error {
 func (k *Consumer) process(d *transport.Delivery) {
 	start := time.Now()
 	m, err := k.message(d, start)
-	k.processMessage(d, m, err, start)
+	k.processMessage(d, m, err, start, false)
 }
 
 // processMessage handles a delivery already turned into a message (or that
-// could not be: err says why, and it is parked).
-func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, start time.Time) {
+// could not be: err says why, and it is parked). With inline, a
+// BeforeSettle function runs on the calling goroutine, which then returns
+// only once the delivery is settled.
+func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, start time.Time, inline bool) {
 	s := Settlement{Queue: k.queue, Message: m, MessageID: d.MessageID, Started: start}
 	if err != nil {
 		s.Err, s.Reason = err, err.Error()
@@ -230,9 +237,30 @@ func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, 
 		return
 	}
 	ctx, span := k.conn.tel.startProcess(k.handlerCtx, k.metrics, m, d.Headers)
-	ack := safely(WithHandling(ctx, m), k.handler, m)
+	ctx = WithHandling(ctx, m)
+	ack := safely(ctx, k.handler, m)
+	if before := k.cfg.beforeSettle; before != nil {
+		if !inline {
+			// Copies, so that s and ack themselves stay on the stack when
+			// there is no BeforeSettle.
+			later, handled := s, ack
+			k.settling.Add(1)
+			go func() {
+				defer k.settling.Done()
+				k.finish(ctx, span, d, m, safelyBefore(ctx, before, m, handled), &later)
+			}()
+			return
+		}
+		ack = safelyBefore(ctx, before, m, ack)
+	}
+	k.finish(ctx, span, d, m, ack, &s)
+}
+
+// finish settles a handled delivery as ack says, ends its span and reports
+// it.
+func (k *Consumer) finish(ctx context.Context, span trace.Span, d *transport.Delivery, m *Message, ack Ack, s *Settlement) {
 	s.HandlerRan, s.Err, s.Label = true, ack.err, ack.label
-	k.settle(d, m, ack, &s)
+	k.settle(d, m, ack, s)
 	label := s.Outcome
 	if s.Label != "" && s.Outcome != OutcomeLabelUnsettled && s.Outcome != OutcomeLabelSkipped {
 		label = s.Label
@@ -248,7 +276,7 @@ func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, 
 		}
 	}
 	span.End()
-	k.settled(ctx, &s, label)
+	k.settled(ctx, s, label)
 }
 
 // settled reports a settled delivery on the metrics, under label, and to

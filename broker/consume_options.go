@@ -27,6 +27,7 @@ type consumeConfig struct {
 	retrySet        bool
 	orderBy         func(*Message) string
 	onSettle        func(context.Context, Settlement)
+	beforeSettle    func(context.Context, *Message, Ack) Ack
 }
 
 type consumeOpt func(*consumeConfig) error
@@ -184,6 +185,28 @@ func OnSettle(f func(ctx context.Context, s Settlement)) ConsumeOption {
 			return invalid("nil settle hook")
 		}
 		c.onSettle = f
+		return nil
+	})
+}
+
+// BeforeSettle calls f once the handler (with its middleware) has returned
+// and before the delivery is settled, and settles it with the Ack f
+// returns: for work that must be done before the broker hears of the
+// outcome but need not hold a handler, such as waiting for a journal
+// write to commit. f runs off the handler's slot, so the consumer's
+// workers go on with the next deliveries meanwhile; at most Prefetch
+// deliveries are ever unsettled, so at most that many wait in f at once.
+// With OrderBy, f runs on the worker, before the key's next message is
+// released; without it, the settle hook (OnSettle) may hear deliveries in
+// another order than their handlers ran. A panic in f retries the delivery, as a handler's does. Cancel
+// waits for f as for a handler, and cancels its ctx at the deadline. A nil
+// f is refused.
+func BeforeSettle(f func(ctx context.Context, m *Message, ack Ack) Ack) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		if f == nil {
+			return invalid("nil before-settle function")
+		}
+		c.beforeSettle = f
 		return nil
 	})
 }

@@ -28,7 +28,7 @@ func (k *Consumer) startOrdered(workers *sync.WaitGroup) {
 		workers.Go(func() {
 			for j := range jobs {
 				if !k.requeueIfStopping(j.d) {
-					k.processMessage(j.d, j.m, j.err, j.start)
+					k.processMessage(j.d, j.m, j.err, j.start, true)
 				}
 				if j.key != "" {
 					done <- j.key

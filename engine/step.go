@@ -48,6 +48,8 @@ type stepRunner struct {
 
 // attempt is one delivery of a step, as the handler saw it.
 type attempt struct {
+	// start is when the handler took the delivery.
+	start   time.Time
 	route   []string
 	pos     int
 	replays int
@@ -79,23 +81,36 @@ func newStepRunner(e *Engine, f *flow, i int) *stepRunner {
 	return &stepRunner{e: e, f: f, spec: s, policy: f.retry[i], queue: f.queue(s.Name), spanName: "step " + f.name + "/" + s.Name}
 }
 
-// handle is the step's broker.Handler. What the delivery came to is in the
-// journal before the handler returns, and so before the broker hears of
-// it: a worker killed, or a connection lost, between the two leaves a
-// redelivery and a complete journal, never a run whose step is done and
-// unrecorded. Only then is the step's key confirmed, so that a redelivery
-// of a step whose events were not yet written writes them.
+// handle is the step's broker.Handler: it works out what becomes of the
+// delivery (running the step unless it ran before) and leaves recording
+// it to written, which the consumer calls before it settles the delivery.
 func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
-	start := time.Now()
-	a := &attempt{replays: replays(m.Headers), result: resultFailed}
+	a := &attempt{replays: replays(m.Headers), result: resultFailed, start: time.Now()}
 	r.attempts.Store(m, a)
 	ack := r.decide(ctx, m, a)
 	switch a.result {
 	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled:
 		a.expect = broker.OutcomeLabelAccepted
 	}
+	return ack
+}
+
+// written is the step consumer's broker.BeforeSettle: what the delivery
+// came to is in the journal before the broker hears of it, so that a
+// worker killed, or a connection lost, between the two leaves a
+// redelivery and a complete journal, never a run whose step is done and
+// unrecorded. Only then is the step's key confirmed, so that a redelivery
+// of a step whose events were not yet written writes them. It runs off
+// the handler's slot: the step's handlers go on with the next deliveries
+// while the journal commits.
+func (r *stepRunner) written(ctx context.Context, m *broker.Message, ack broker.Ack) broker.Ack {
+	v, ok := r.attempts.Load(m)
+	if !ok {
+		return ack
+	}
+	a := v.(*attempt)
 	if a.expect != "" {
-		s := broker.Settlement{Queue: r.queue, Message: m, Started: start, Outcome: a.expect, Err: a.err, Reason: a.reason, Delay: a.delay}
+		s := broker.Settlement{Queue: r.queue, Message: m, Started: a.start, Outcome: a.expect, Err: a.err, Reason: a.reason, Delay: a.delay}
 		if err := r.e.writer.RecordSync(ctx, r.events(ctx, m, a, s)...); err != nil {
 			r.e.log.Warn("journal events of a step not written before its settlement; they are still queued",
 				slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.String("step", r.spec.Name), slog.Any("error", err))

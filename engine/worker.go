@@ -150,7 +150,7 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 		r := newStepRunner(e, f, i)
 		opts := []broker.ConsumeOption{
 			broker.Existing(), broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
-			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled),
+			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled), broker.BeforeSettle(r.written),
 		}
 		if key := f.orderKey(s, e); key != nil {
 			opts = append(opts, broker.OrderBy(key))

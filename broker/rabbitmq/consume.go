@@ -151,7 +151,7 @@ func (sub *subscription) subscribe(ctx context.Context, args transport.Table, a 
 			return nil, err
 		}
 		c, err := sub.consumeOn(s, args, a.probe)
-		if err != nil && s.isLost() && (a.resume || retryable(err)) {
+		if err != nil && (a.resume || retryable(err)) && s.lostUnder(ctx, err) {
 			sub.log.Debug("rabbitmq connection lost while subscribing; subscribing on the next one", slog.Any("error", err))
 			continue
 		}

@@ -2,10 +2,12 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -117,6 +119,38 @@ func (s *session) channel() (*amqp.Channel, error) {
 // isLost reports whether the connection has closed, even if the goroutine
 // watching it has not yet closed s.lost.
 func (s *session) isLost() bool { return s.conn.IsClosed() }
+
+// lostGrace bounds how long lostUnder waits for a connection that failed
+// a write to be seen closed.
+const lostGrace = 5 * time.Second
+
+// lostUnder reports whether err, from an operation on s, came from s's
+// connection going away: it is closed already, or err is not the broker's
+// answer to the operation (a write on a socket the broker reset, say) and
+// the connection is seen closed within lostGrace. amqp091 marks a
+// connection closed only once its reader has seen the end, which can come
+// after a write to it failed. A broker's exception (a queue not found, an
+// exclusive consumer refused) is the operation's failure, not the
+// connection's.
+func (s *session) lostUnder(ctx context.Context, err error) bool {
+	if s.isLost() {
+		return true
+	}
+	var te *transport.AMQPError
+	var ae *amqp.Error
+	if errors.As(err, &te) || errors.As(err, &ae) && ae.Server {
+		return false
+	}
+	t := time.NewTimer(lostGrace)
+	defer t.Stop()
+	select {
+	case <-s.lost:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
 
 // nodeAddr is the address (host:port) of the node s is connected to.
 func (s *session) nodeAddr() string { return s.t.url.nodes[s.node].addr }

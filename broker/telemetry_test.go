@@ -127,23 +127,29 @@ func TestLadderLateness(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, conn.Schedule(ctx, time.Now().Add(time.Second), out))
 	brokertest.Next(t, got, 5*time.Second)
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(ctx, &rm))
-	var found bool
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "acemq.schedule.lateness" {
-				continue
-			}
-			h := m.Data.(metricdata.Histogram[float64])
-			require.Len(t, h.DataPoints, 1)
-			dp := h.DataPoints[0]
-			require.Equal(t, uint64(1), dp.Count)
-			require.GreaterOrEqual(t, dp.Sum, 0.0, "never early")
-			require.Less(t, dp.Sum, 2.0, "at most about a rung late")
-			require.Equal(t, broker.DurationBuckets(), dp.Bounds)
-			found = true
+	// The ladder records the lateness once the broker confirmed the move,
+	// which the consumer may see before the ladder does.
+	var points []metricdata.HistogramDataPoint[float64]
+	found := func() bool {
+		var rm metricdata.ResourceMetrics
+		if reader.Collect(ctx, &rm) != nil {
+			return false
 		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == "acemq.schedule.lateness" {
+					points = m.Data.(metricdata.Histogram[float64]).DataPoints
+					return true
+				}
+			}
+		}
+		return false
 	}
-	require.True(t, found, "acemq.schedule.lateness recorded")
+	require.Eventually(t, found, 5*time.Second, 10*time.Millisecond, "acemq.schedule.lateness recorded")
+	require.Len(t, points, 1)
+	dp := points[0]
+	require.Equal(t, uint64(1), dp.Count)
+	require.GreaterOrEqual(t, dp.Sum, 0.0, "never early")
+	require.Less(t, dp.Sum, 2.0, "at most about a rung late")
+	require.Equal(t, broker.DurationBuckets(), dp.Bounds)
 }

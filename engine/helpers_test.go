@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -182,10 +181,6 @@ func amqpPublishing(causedBy, correlation string, body []byte, headers amqp.Tabl
 		DeliveryMode: amqp.Persistent, Timestamp: time.Now(), Headers: headers, Body: body,
 	}
 }
-
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // waitOutcomes waits until the run's timeline reads want: the events of a
 // step are recorded once its consumer settled it, which may be after the

@@ -156,9 +156,10 @@ func (d *database) journal(retention time.Duration) (journal.Journal, error) {
 	return j, nil
 }
 
-// store is the idempotency store on the database, shared by every worker.
-func (d *database) store() (patterns.ResultStore, error) {
-	s, err := persistence.NewSQLIdempotencyStore(d.pool, persistence.SQLIdempotencyStoreConfig{})
+// store is the idempotency store on the database, shared by every worker;
+// its claims last claimTimeout (0 = persistence.DefaultClaimTimeout).
+func (d *database) store(claimTimeout time.Duration) (patterns.ResultStore, error) {
+	s, err := persistence.NewSQLIdempotencyStore(d.pool, persistence.SQLIdempotencyStoreConfig{ClaimTimeout: claimTimeout})
 	if err != nil {
 		return nil, d.errorf("idempotency store: %w", err)
 	}

@@ -87,6 +87,9 @@ type sessionConfig struct {
 	// cronAlone makes this worker fire the cron triggers without a
 	// database, alone (worker --cron).
 	cronAlone bool
+	// claimTimeout is the lease of the shared idempotency store's claims
+	// (worker --claim-timeout; 0 = the store's default).
+	claimTimeout time.Duration
 }
 
 // session is an engine with the connection and database it runs on, for
@@ -127,7 +130,7 @@ func (a *app) openSession(cmd *cobra.Command, sc sessionConfig) (_ *session, err
 		}
 		s.shared = true
 		if sc.store {
-			if cfg.Store, err = s.db.store(); err != nil {
+			if cfg.Store, err = s.db.store(sc.claimTimeout); err != nil {
 				return nil, err
 			}
 			// Every worker on the database fires cron triggers; the guard

@@ -11,6 +11,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/persistence"
 )
 
 // ErrNoFlows: the binary was built without flows, so there is nothing to
@@ -30,6 +31,7 @@ func (a *app) workerCommand() *cobra.Command {
 		retention    time.Duration
 		cronAlone    bool
 		metricsAddr  string
+		claimTimeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -50,13 +52,17 @@ func (a *app) workerCommand() *cobra.Command {
 			if retention < 0 {
 				return fmt.Errorf("--journal-retention %s: want 0 (keep every run) or more", retention)
 			}
+			if claimTimeout < 0 {
+				return fmt.Errorf("--claim-timeout %s: want 0 (the default, %s) or more", claimTimeout, persistence.DefaultClaimTimeout)
+			}
 			obs, err := a.newObserver(cmd, metricsAddr)
 			if err != nil {
 				return err
 			}
 			defer obs.close(cmd.Context(), &err)
 			s, err := a.openSession(cmd, sessionConfig{broker: bf, closeTimeout: closeTimeout, store: true,
-				noDatabase: noDatabaseWorker, journalRetention: retention, cronAlone: cronAlone})
+				noDatabase: noDatabaseWorker, journalRetention: retention, cronAlone: cronAlone,
+				claimTimeout: claimTimeout})
 			if err != nil {
 				return err
 			}
@@ -73,6 +79,8 @@ func (a *app) workerCommand() *cobra.Command {
 		"without a database: fire the flows' cron triggers from this worker alone (a second worker asking is refused; with a database every worker fires them and each tick starts one run)")
 	cmd.Flags().DurationVar(&retention, "journal-retention", 0,
 		"with a database: delete, in small batches every 10 minutes, runs that ended longer ago than this (e.g. 720h; 0 keeps every run)")
+	cmd.Flags().DurationVar(&claimTimeout, "claim-timeout", 0,
+		"with a database: how long a step's claim on its idempotency key lasts, so that another worker runs the step again after a worker died in it; keep it above the longest step (default 5m)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "",
 		"serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: not served)")
 	return cmd

@@ -46,6 +46,9 @@ func TestReplayBulk(t *testing.T) {
 		}
 		courier.down.Store(false)
 		dlq := fx.name + ".ship" + broker.DeadLetterSuffix
+		// A failure is journaled before its message's move to the
+		// dead-letter queue is confirmed: a bulk replay reads the queue.
+		h.WaitDepth(dlq, 8, 5*time.Second)
 
 		dry, err := fx.eng.ReplayBulk(ctx, engine.BulkReplay{Flow: fx.name, Where: `payload.amount > 100`, DryRun: true})
 		require.NoError(t, err)

@@ -35,7 +35,9 @@ type Moved struct {
 // records the replay: the run goes back to running and continues from
 // that step. The journal says which dead-letter queue holds the message;
 // a run it does not know is looked for in every dead-letter queue of the
-// registered flows (Moved.Searched says which).
+// registered flows (Moved.Searched says which). The journal records a
+// failure before the message's move to the dead-letter queue is
+// confirmed: a run that failed moments ago is waited for (settleWindow).
 //
 // It refuses, with errors naming the run: a run that is not failed
 // (ErrNotReplayable: a compensated run cannot be replayed, a running one
@@ -51,7 +53,7 @@ func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
 		return Moved{RunID: runID, Flow: run.Flow}, fmt.Errorf("%w: run %s was parked in %s: its message could not be read, and replaying it cannot help",
 			ErrNotReplayable, runID, run.DeadLetter)
 	}
-	moved, err := e.move(ctx, runID, queues, nil)
+	moved, err := e.moveFailed(ctx, run, known, runID, queues, nil)
 	if !known {
 		moved.Searched = queues
 	}
@@ -75,11 +77,11 @@ func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
 // (ErrNotCompensable) and a message that is nowhere to be found
 // (ErrMessageNotFound).
 func (e *Engine) Compensate(ctx context.Context, runID string) (Moved, error) {
-	_, known, queues, err := e.findFailed(ctx, runID, ErrNotCompensable)
+	run, known, queues, err := e.findFailed(ctx, runID, ErrNotCompensable)
 	if err != nil {
 		return Moved{RunID: runID}, err
 	}
-	moved, err := e.move(ctx, runID, queues, func(f *flow) (string, string) { return f.name, compensateKey })
+	moved, err := e.moveFailed(ctx, run, known, runID, queues, func(f *flow) (string, string) { return f.name, compensateKey })
 	if !known {
 		moved.Searched = queues
 	}
@@ -125,6 +127,32 @@ func (e *Engine) findFailed(ctx context.Context, runID string, refuse error) (jo
 	}
 	f, _ := e.flow(run.Flow)
 	return run, true, f.deadLetterQueues(), nil
+}
+
+// settleWindow is how long after a run was recorded failed its message
+// may still be on its way to the dead-letter queue: a step's events are
+// committed before its delivery is settled, and so before the move to the
+// dead-letter queue is confirmed (both come before the ack). A few
+// seconds more absorb the clocks of the worker and of the replaying
+// process disagreeing.
+const settleWindow = 10 * time.Second
+
+// moveFailed is move for a failed run: when the journal knows the run and
+// recorded its failure less than settleWindow ago, a message not found
+// yet is looked for again, every 100 ms, until it arrives, the window
+// passes or ctx ends.
+func (e *Engine) moveFailed(ctx context.Context, run journal.Run, known bool, runID string, queues []string, to func(*flow) (string, string)) (Moved, error) {
+	for {
+		moved, err := e.move(ctx, runID, queues, to)
+		if !known || !errors.Is(err, ErrMessageNotFound) || time.Since(run.UpdatedAt) > settleWindow {
+			return moved, err
+		}
+		select {
+		case <-ctx.Done():
+			return moved, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // move takes the run's messages out of the first of queues that holds

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
 	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
@@ -70,6 +71,39 @@ func TestReplayByRunID(t *testing.T) {
 		_, err = fx.eng.Replay(ctx, run)
 		require.ErrorIs(t, err, engine.ErrNotReplayable)
 		require.ErrorContains(t, err, "is completed")
+	})
+}
+
+// TestReplayWaitsForAMessageOnItsWay: the journal records a run failed
+// before its message's move to the dead-letter queue is confirmed; a
+// replay right after the failure finds the message once it arrives,
+// rather than saying it is nowhere.
+func TestReplayWaitsForAMessageOnItsWay(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		var courier outage
+		courier.down.Store(true)
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("ship", courier.step(ef, "ship")).Retry(broker.NoRetry())))
+		fx.work()
+		ctx := brokertest.Ctx(t)
+		run := fx.start(Order{ID: "o-late"})
+		fx.waitStatus(run, journal.Failed, 10*time.Second)
+		// Take the message out of the dead-letter queue and put it back
+		// 300 ms after the replay began looking for it.
+		dlq := fx.name + ".ship.dlq"
+		d := h.Get(dlq, 10*time.Second)
+		courier.down.Store(false)
+		back := time.AfterFunc(300*time.Millisecond, func() {
+			_ = h.Admin.Transport().Publish(context.WithoutCancel(ctx), transport.Publishing{RoutingKey: dlq, Message: d.Message})
+		})
+		defer back.Stop()
+		moved, err := fx.eng.Replay(ctx, run)
+		require.NoError(t, err)
+		require.Equal(t, 1, moved.Messages)
+		fx.waitStatus(run, journal.Completed, 10*time.Second)
+		require.Equal(t, 1, ef.get(run, "ship"))
 	})
 }
 

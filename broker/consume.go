@@ -239,7 +239,7 @@ func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, 
 	ctx, span := k.conn.tel.startProcess(k.handlerCtx, k.metrics, m, d.Headers)
 	ctx = WithHandling(ctx, m)
 	ack := safely(ctx, k.handler, m)
-	if before := k.cfg.beforeSettle; before != nil {
+	if k.cfg.beforeSettle != nil {
 		if !inline {
 			// Copies, so that s and ack themselves stay on the stack when
 			// there is no BeforeSettle.
@@ -247,13 +247,19 @@ func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, 
 			k.settling.Add(1)
 			go func() {
 				defer k.settling.Done()
-				k.finish(ctx, span, d, m, safelyBefore(ctx, before, m, handled), &later)
+				k.finish(ctx, span, d, m, k.beforeSettle(ctx, m, handled), &later)
 			}()
 			return
 		}
-		ack = safelyBefore(ctx, before, m, ack)
+		ack = k.beforeSettle(ctx, m, ack)
 	}
 	k.finish(ctx, span, d, m, ack, &s)
+}
+
+// beforeSettle runs the BeforeSettle function on a handled delivery, a
+// panic retrying it as a handler's does.
+func (k *Consumer) beforeSettle(ctx context.Context, m *Message, ack Ack) Ack {
+	return safely(ctx, func(ctx context.Context, m *Message) Ack { return k.cfg.beforeSettle(ctx, m, ack) }, m)
 }
 
 // finish settles a handled delivery as ack says, ends its span and reports

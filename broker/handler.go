@@ -55,14 +55,3 @@ func safely(ctx context.Context, h Handler, m *Message) (ack Ack) {
 	}()
 	return h(ctx, m)
 }
-
-// safelyBefore runs a BeforeSettle function, turning a panic into a retry
-// as safely does for a handler.
-func safelyBefore(ctx context.Context, f func(context.Context, *Message, Ack) Ack, m *Message, ack Ack) (out Ack) {
-	defer func() {
-		if r := recover(); r != nil {
-			out = Retry(&PanicError{Value: r, Stack: debug.Stack()})
-		}
-	}()
-	return f(ctx, m, ack)
-}

@@ -100,17 +100,10 @@ type compRunner struct {
 }
 
 type compAttempt struct {
+	recording
 	cs     compState
 	result string
 	last   bool
-	// expect, err, reason and delay: what the handler recorded before it
-	// returned, as attempt's.
-	expect string
-	err    error
-	reason string
-	delay  time.Duration
-	// confirm is the key to confirm once the event is recorded.
-	confirm string
 }
 
 func newCompRunner(e *Engine, f *flow, i int) *compRunner {
@@ -119,34 +112,34 @@ func newCompRunner(e *Engine, f *flow, i int) *compRunner {
 }
 
 // handle undoes one step, then sends the run on to the compensation of the
-// step that completed before it. As a step's, what it came to is in the
-// journal before the broker hears of it.
+// step that completed before it. As a step's, what it came to is recorded
+// before the broker hears of it (written).
 func (c *compRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
-	start := time.Now()
-	a := &compAttempt{result: compMalformed}
+	a := &compAttempt{result: compMalformed, recording: recording{start: time.Now()}}
 	c.attempts.Store(m, a)
 	ack := c.decide(ctx, m, a)
 	switch a.result {
 	case compDone, compSuperseded, compResent:
 		a.expect = broker.OutcomeLabelAccepted
 	}
+	return ack
+}
+
+// written is the compensation consumer's broker.BeforeSettle
+// (Engine.written).
+func (c *compRunner) written(ctx context.Context, m *broker.Message, ack broker.Ack) broker.Ack {
+	v, ok := c.attempts.Load(m)
+	if !ok {
+		return ack
+	}
+	a := v.(*compAttempt)
+	var events []journal.Event
 	if a.expect != "" {
-		s := broker.Settlement{Queue: c.queue, Message: m, Started: start, Outcome: a.expect, Err: a.err, Reason: a.reason, Delay: a.delay}
-		if e, ok := c.event(ctx, m, a, s); ok {
-			if err := c.e.writer.RecordSync(ctx, e); err != nil {
-				c.e.log.Warn("journal event of a compensation not written before its settlement; it is still queued",
-					slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.String("step", c.spec.Name), slog.Any("error", err))
-				if a.confirm != "" {
-					a.expect = ""
-					return broker.InProgress(c.e.cfg.InProgressDelay)
-				}
-			}
+		if e, ok := c.event(ctx, m, a, a.settlement(c.queue, m)); ok {
+			events = append(events, e)
 		}
 	}
-	if a.confirm != "" {
-		c.e.confirm(ctx, a.confirm)
-	}
-	return ack
+	return c.e.written(ctx, m, &a.recording, c.f.name, c.spec.Name, ack, events...)
 }
 
 func (c *compRunner) decide(ctx context.Context, m *broker.Message, a *compAttempt) broker.Ack {

@@ -48,8 +48,7 @@ type stepRunner struct {
 
 // attempt is one delivery of a step, as the handler saw it.
 type attempt struct {
-	// start is when the handler took the delivery.
-	start   time.Time
+	recording
 	route   []string
 	pos     int
 	replays int
@@ -63,17 +62,31 @@ type attempt struct {
 	compensation string
 	holdUntil    time.Time
 	hasComp      bool
-	// expect is the consumer's outcome (a broker.OutcomeLabel) the
-	// handler's events were recorded for before it returned, with the
+}
+
+// recording is what a step's or a compensation's handler leaves for
+// Engine.written, which records the delivery's events before the consumer
+// settles it.
+type recording struct {
+	// start is when the handler took the delivery.
+	start time.Time
+	// expect is the consumer's outcome (a broker.OutcomeLabel) the events
+	// are recorded for before the delivery is settled, with the error,
 	// reason and retry delay they say; the settle hook records again only
-	// when the consumer did something else. Empty when the handler
-	// recorded nothing.
+	// when the consumer did something else. Empty when nothing is to be
+	// recorded first.
 	expect string
 	err    error
 	reason string
 	delay  time.Duration
 	// confirm is the key to confirm once the events are recorded.
 	confirm string
+}
+
+// settlement is the settlement the handler expects the consumer of queue
+// to carry out for m.
+func (p *recording) settlement(queue string, m *broker.Message) broker.Settlement {
+	return broker.Settlement{Queue: queue, Message: m, Started: p.start, Outcome: p.expect, Err: p.err, Reason: p.reason, Delay: p.delay}
 }
 
 func newStepRunner(e *Engine, f *flow, i int) *stepRunner {
@@ -85,7 +98,7 @@ func newStepRunner(e *Engine, f *flow, i int) *stepRunner {
 // delivery (running the step unless it ran before) and leaves recording
 // it to written, which the consumer calls before it settles the delivery.
 func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
-	a := &attempt{replays: replays(m.Headers), result: resultFailed, start: time.Now()}
+	a := &attempt{replays: replays(m.Headers), result: resultFailed, recording: recording{start: time.Now()}}
 	r.attempts.Store(m, a)
 	ack := r.decide(ctx, m, a)
 	switch a.result {
@@ -95,35 +108,42 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	return ack
 }
 
-// written is the step consumer's broker.BeforeSettle: what the delivery
-// came to is in the journal before the broker hears of it, so that a
-// worker killed, or a connection lost, between the two leaves a
-// redelivery and a complete journal, never a run whose step is done and
-// unrecorded. Only then is the step's key confirmed, so that a redelivery
-// of a step whose events were not yet written writes them. It runs off
-// the handler's slot: the step's handlers go on with the next deliveries
-// while the journal commits.
+// written is the step consumer's broker.BeforeSettle (Engine.written).
 func (r *stepRunner) written(ctx context.Context, m *broker.Message, ack broker.Ack) broker.Ack {
 	v, ok := r.attempts.Load(m)
 	if !ok {
 		return ack
 	}
 	a := v.(*attempt)
+	var events []journal.Event
 	if a.expect != "" {
-		s := broker.Settlement{Queue: r.queue, Message: m, Started: a.start, Outcome: a.expect, Err: a.err, Reason: a.reason, Delay: a.delay}
-		if err := r.e.writer.RecordSync(ctx, r.events(ctx, m, a, s)...); err != nil {
-			r.e.log.Warn("journal events of a step not written before its settlement; they are still queued",
-				slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.String("step", r.spec.Name), slog.Any("error", err))
-			if a.confirm != "" {
-				// The step's outcome is kept under its key: put the message
-				// back, and its redelivery records the events (again).
-				a.expect = ""
-				return broker.InProgress(r.e.cfg.InProgressDelay)
+		events = r.events(ctx, m, a, a.settlement(r.queue, m))
+	}
+	return r.e.written(ctx, m, &a.recording, r.f.name, r.spec.Name, ack, events...)
+}
+
+// written records what a delivery came to (events) before the broker
+// hears of it, so that a worker killed, or a connection lost, between the
+// two leaves a redelivery and a complete journal, never a run whose step
+// is done and unrecorded. Only then is the key confirmed, so that a
+// redelivery of a step whose events were not yet written writes them. It
+// runs as the consumers' broker.BeforeSettle, off the handler's slot: the
+// handlers go on with the next deliveries while the journal commits.
+func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, flow, step string, ack broker.Ack, events ...journal.Event) broker.Ack {
+	if len(events) > 0 {
+		if err := e.writer.RecordSync(ctx, events...); err != nil {
+			e.log.Warn("journal events not written before their delivery's settlement; they are still queued",
+				slog.String("flow", flow), slog.String("run_id", m.RunID), slog.String("step", step), slog.Any("error", err))
+			if p.confirm != "" {
+				// The outcome is kept under its key: put the message back,
+				// and its redelivery records the events (again).
+				p.expect = ""
+				return broker.InProgress(e.cfg.InProgressDelay)
 			}
 		}
 	}
-	if a.confirm != "" {
-		r.e.confirm(ctx, a.confirm)
+	if p.confirm != "" {
+		e.confirm(ctx, p.confirm)
 	}
 	return ack
 }

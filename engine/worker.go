@@ -163,7 +163,7 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 			c := newCompRunner(e, f, i)
 			if err := w.start(ctx, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
 				broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
-				broker.WithCodec(f.codec), broker.OnSettle(c.settled)); err != nil {
+				broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(c.written)); err != nil {
 				return err
 			}
 		}

@@ -77,7 +77,10 @@ func (a *app) bulkReplay(cmd *cobra.Command, s *session, f bulkFlags, output out
 	if !s.shared {
 		return fmt.Errorf("replay: %w", errors.New("choosing failed runs needs the run journal every worker writes: give "+databaseFlag))
 	}
-	rate, _ := parseRate(f.rate)
+	rate, err := parseRate(f.rate)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
 	req := engine.BulkReplay{Flow: f.flow, Since: f.since.since(time.Now()), Where: f.where, Limit: f.limit, Rate: rate, DryRun: f.dryRun}
 	var bar *progressbar.ProgressBar
 	if output != outputJSON && !f.dryRun && isTerminal(cmd) {

@@ -40,6 +40,8 @@ type ladderState struct {
 	Backlog int `json:"backlog"`
 	// Late is how many listed waits are past their due time.
 	Late int `json:"late"`
+	// BacklogError says why Backlog could not be read ("" when it was).
+	BacklogError string `json:"backlog_error,omitempty"`
 }
 
 func (a *app) scheduleListCommand() *cobra.Command {
@@ -87,7 +89,9 @@ func (a *app) scheduleListCommand() *cobra.Command {
 				}
 				out.Triggers = kept
 			}
-			if st, err := s.conn.Transport().Inspect(cmd.Context(), out.Ladder.Queue); err == nil {
+			if st, err := s.conn.Transport().Inspect(cmd.Context(), out.Ladder.Queue); err != nil {
+				out.Ladder.BacklogError = err.Error()
+			} else {
 				out.Ladder.Backlog = st.Messages
 			}
 			for _, w := range waiting {
@@ -139,6 +143,8 @@ func printSchedule(cmd *cobra.Command, out scheduleList) error {
 	}
 	state := "moving"
 	switch {
+	case out.Ladder.BacklogError != "":
+		state = "backlog unknown: " + out.Ladder.BacklogError
 	case out.Ladder.Backlog > 0 && out.Ladder.Late > 0:
 		state = "STUCK? messages are due and waits are late: is a worker running?"
 	case out.Ladder.Late > 0:

@@ -52,6 +52,16 @@ func TestScheduleListAndCancel(t *testing.T) {
 	require.Zero(t, text.code)
 	require.Contains(t, text.stdout, started.RunID)
 	require.Contains(t, text.stdout, "ladder")
+	require.NotContains(t, text.stdout, "backlog unknown")
+
+	// A ladder whose control queue cannot be read is not reported as
+	// moving.
+	var unread scheduleList
+	fx.runJSON(&unread, "schedule", "list", "--ladder", "acemq-test.no-such-ladder")
+	require.Contains(t, unread.Ladder.BacklogError, "404")
+	text = fx.run("schedule", "list", "--ladder", "acemq-test.no-such-ladder")
+	require.Zero(t, text.code, text.stderr)
+	require.Contains(t, text.stdout, "backlog unknown")
 
 	var cancelled engine.Scheduled
 	fx.runJSON(&cancelled, "schedule", "cancel", started.RunID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -30,10 +31,7 @@ const noRabbitNote = "no baseline: amqp091-go needs RabbitMQ (set --url)"
 // with prefetch CorePrefetch by one consumer that acknowledges each. Both
 // consumers read messages published through broker.
 func Core(ctx context.Context, cfg Config) (_ []Result, err error) {
-	if cfg, err = cfg.withDefaults(); err != nil {
-		return nil, err
-	}
-	s, err := newScope(ctx, cfg)
+	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -100,14 +98,12 @@ func Core(ctx context.Context, cfg Config) (_ []Result, err error) {
 // CorePublishers goroutines, each call returning once the broker confirmed
 // its message.
 func PublishBroker(ctx context.Context, conn *broker.Conn, q string, body []byte, n int) (Measurement, error) {
-	c := startClock()
-	err := runFeed(ctx, n, CorePublishers, func(ctx context.Context, _ int) error {
+	return measureCalls(ctx, n, n, CorePublishers, nil, func(ctx context.Context, _ int) error {
 		if err := conn.Publish(ctx, body, broker.To(q)); err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
 		return nil
 	})
-	return c.stop(n, n), err
 }
 
 // PublishPlain publishes n copies of body to queue q with amqp091-go from
@@ -115,30 +111,13 @@ func PublishBroker(ctx context.Context, conn *broker.Conn, q string, body []byte
 // waiting for the confirm of each message: persistent, with a message id
 // and a timestamp, as broker publishes.
 func PublishPlain(ctx context.Context, ac *amqp.Connection, q string, body []byte, n int) (Measurement, error) {
-	chans := make([]*amqp.Channel, CorePublishers)
-	defer func() {
-		for _, ch := range chans {
-			if ch != nil {
-				_ = ch.Close()
-			}
-		}
-	}()
-	for i := range chans {
-		ch, err := ac.Channel()
-		if err != nil {
-			return Measurement{}, fmt.Errorf("amqp091-go: open channel: %w", err)
-		}
-		chans[i] = ch
-		if err := ch.Confirm(false); err != nil {
-			return Measurement{}, fmt.Errorf("amqp091-go: confirm mode: %w", err)
-		}
+	free, err := confirmPool(ac, CorePublishers)
+	if err != nil {
+		return Measurement{}, err
 	}
-	free := make(chan *amqp.Channel, len(chans))
-	for _, ch := range chans {
-		free <- ch
-	}
-	c := startClock()
-	err := runFeed(ctx, n, CorePublishers, func(ctx context.Context, _ int) error {
+	// Every publisher has put its channel back once measureCalls returns.
+	defer closePool(free)
+	return measureCalls(ctx, n, n, CorePublishers, nil, func(ctx context.Context, _ int) error {
 		ch := <-free
 		defer func() { free <- ch }()
 		return publishConfirmed(ctx, ch, "", q, false, amqp.Publishing{
@@ -146,7 +125,6 @@ func PublishPlain(ctx context.Context, ac *amqp.Connection, q string, body []byt
 			Timestamp: time.Now(), Body: body,
 		})
 	})
-	return c.stop(n, n), err
 }
 
 // errNotConfirmed: the broker nacked a plain publish, or its channel closed
@@ -168,6 +146,83 @@ func publishConfirmed(ctx context.Context, ch *amqp.Channel, exchange, key strin
 		return errNotConfirmed
 	}
 	return nil
+}
+
+// plainChannel opens a channel on ac, in confirm mode when confirm.
+func plainChannel(ac *amqp.Connection, confirm bool) (*amqp.Channel, error) {
+	ch, err := ac.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("amqp091-go: open channel: %w", err)
+	}
+	if confirm {
+		if err := ch.Confirm(false); err != nil {
+			_ = ch.Close()
+			return nil, fmt.Errorf("amqp091-go: confirm mode: %w", err)
+		}
+	}
+	return ch, nil
+}
+
+// confirmPool opens n channels on ac in confirm mode, one per publishing
+// goroutine, handed out through the returned pool: a publisher takes one
+// and puts it back when its publish is confirmed. On failure it closes
+// those it opened.
+func confirmPool(ac *amqp.Connection, n int) (chan *amqp.Channel, error) {
+	pool := make(chan *amqp.Channel, n)
+	for range n {
+		ch, err := plainChannel(ac, true)
+		if err != nil {
+			closePool(pool)
+			return nil, err
+		}
+		pool <- ch
+	}
+	return pool, nil
+}
+
+// closePool closes the channels in pool; call it once every publisher has
+// put its channel back.
+func closePool(pool chan *amqp.Channel) {
+	close(pool)
+	for ch := range pool {
+		_ = ch.Close()
+	}
+}
+
+// plainConsumers owns the consuming channels of a plain amqp091-go
+// measurement and the goroutines ranging over their deliveries: stop
+// closes the channels, which ends the deliveries, and waits for the
+// goroutines.
+type plainConsumers struct {
+	wg    sync.WaitGroup
+	chans []*amqp.Channel
+}
+
+// consume opens a channel on ac, consuming q with prefetch and manual
+// acknowledgements; stop closes it.
+func (p *plainConsumers) consume(ac *amqp.Connection, q string, prefetch int) (<-chan amqp.Delivery, error) {
+	ch, err := plainChannel(ac, false)
+	if err != nil {
+		return nil, err
+	}
+	p.chans = append(p.chans, ch)
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return nil, fmt.Errorf("amqp091-go: qos: %w", err)
+	}
+	deliveries, err := ch.Consume(q, "", false, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("amqp091-go: consume %s: %w", q, err)
+	}
+	return deliveries, nil
+}
+
+// stop closes the consuming channels and waits for the goroutines started
+// with p.wg.Go.
+func (p *plainConsumers) stop() {
+	for _, ch := range p.chans {
+		_ = ch.Close()
+	}
+	p.wg.Wait()
 }
 
 // ConsumeBroker consumes n messages from q through conn with prefetch
@@ -194,9 +249,9 @@ func ConsumeBroker(ctx context.Context, conn *broker.Conn, q string, n int) (_ M
 // ConsumePlain consumes n messages from q with amqp091-go, prefetch
 // CorePrefetch, acknowledging each, then closes its channel.
 func ConsumePlain(ctx context.Context, ac *amqp.Connection, q string, n int) (Measurement, error) {
-	ch, err := ac.Channel()
+	ch, err := plainChannel(ac, false)
 	if err != nil {
-		return Measurement{}, fmt.Errorf("amqp091-go: open channel: %w", err)
+		return Measurement{}, err
 	}
 	if err := ch.Qos(CorePrefetch, 0, false); err != nil {
 		_ = ch.Close()

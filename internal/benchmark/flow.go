@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -110,10 +109,7 @@ func Flow(ctx context.Context, cfg Config) ([]Result, error) {
 // memory otherwise) and the idempotency store in memory. Latencies are
 // from a run's start to its last step.
 func FlowEngine(ctx context.Context, cfg Config, onPostgres bool) (_ Measurement, err error) {
-	if cfg, err = cfg.withDefaults(); err != nil {
-		return Measurement{}, err
-	}
-	s, err := newScope(ctx, cfg)
+	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -136,12 +132,7 @@ func FlowEngine(ctx context.Context, cfg Config, onPostgres bool) (_ Measurement
 	if err != nil {
 		return Measurement{}, fmt.Errorf("engine: %w", err)
 	}
-	s.onClose(func(ctx context.Context) error {
-		if err := eng.Close(ctx); err != nil {
-			return fmt.Errorf("close the engine: %w", err)
-		}
-		return nil
-	})
+	s.closing("close the engine", eng.Close)
 	n := cfg.N
 	lat, cd, window := newLatencies(n), newCountdown(n), newWindow(FlowInFlight)
 	pass := func(_ context.Context, p FlowPayload) (FlowPayload, error) { return p, nil }
@@ -167,27 +158,17 @@ func FlowEngine(ctx context.Context, cfg Config, onPostgres bool) (_ Measurement
 	if err != nil {
 		return Measurement{}, fmt.Errorf("start a worker: %w", err)
 	}
-	s.onClose(func(ctx context.Context) error {
-		if err := w.Close(ctx); err != nil {
-			return fmt.Errorf("close the worker: %w", err)
-		}
-		return nil
-	})
-	c := startClock()
-	fd := feed(ctx, n, FlowStarters, func(ctx context.Context, _ int) error {
-		if err := window.acquire(ctx); err != nil {
-			return err
-		}
-		if _, err := eng.Start(ctx, name, FlowPayload{Started: time.Now(), Pad: flowPad}); err != nil {
-			return fmt.Errorf("start a run: %w", err)
-		}
-		return nil
-	})
-	err = cd.wait(ctx, fd.errc, "flow runs through the engine")
-	m := c.stop(n, FlowSteps*n)
-	fd.wait()
-	m.Latencies = lat.sorted()
-	return m, err
+	s.closing("close the worker", w.Close)
+	return measureCounted(ctx, n, FlowSteps*n, FlowStarters, cd, lat, "flow runs through the engine",
+		func(ctx context.Context, _ int) error {
+			if err := window.acquire(ctx); err != nil {
+				return err
+			}
+			if _, err := eng.Start(ctx, name, FlowPayload{Started: time.Now(), Pad: flowPad}); err != nil {
+				return fmt.Errorf("start a run: %w", err)
+			}
+			return nil
+		})
 }
 
 // deleteFlow deletes what a flow declares when the scope ends.
@@ -231,7 +212,7 @@ func FlowChain(ctx context.Context, cfg Config, enveloped bool) (_ Measurement, 
 	if !cfg.rabbit() {
 		return Measurement{}, errors.New("the plain chain needs RabbitMQ")
 	}
-	s, err := newScope(ctx, cfg)
+	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -248,47 +229,20 @@ func FlowChain(ctx context.Context, cfg Config, enveloped bool) (_ Measurement, 
 	}
 	n := cfg.N
 	lat, cd, window := newLatencies(n), newCountdown(n), newWindow(FlowInFlight)
-	var workers sync.WaitGroup
-	var consumers []*amqp.Channel
-	defer func() {
-		// Closing the consuming channels ends the handlers' loops.
-		for _, ch := range consumers {
-			_ = ch.Close()
-		}
-		workers.Wait()
-	}()
-	channel := func(confirm bool) (*amqp.Channel, error) {
-		ch, err := ac.Channel()
-		if err != nil {
-			return nil, fmt.Errorf("amqp091-go: open channel: %w", err)
-		}
-		if confirm {
-			if err := ch.Confirm(false); err != nil {
-				return nil, fmt.Errorf("amqp091-go: confirm mode: %w", err)
-			}
-		}
-		return ch, nil
-	}
+	var consumers plainConsumers
+	defer consumers.stop()
 	for i, q := range queues {
-		cch, err := channel(false)
+		deliveries, err := consumers.consume(ac, q, FlowPrefetch)
 		if err != nil {
 			return Measurement{}, err
 		}
-		consumers = append(consumers, cch)
-		if err := cch.Qos(FlowPrefetch, 0, false); err != nil {
-			return Measurement{}, fmt.Errorf("amqp091-go: qos: %w", err)
-		}
-		deliveries, err := cch.Consume(q, "", false, false, false, false, nil)
-		if err != nil {
-			return Measurement{}, fmt.Errorf("amqp091-go: consume %s: %w", q, err)
-		}
 		last := i == len(queues)-1
 		for range FlowConcurrency {
-			pch, err := channel(true)
+			pch, err := plainChannel(ac, true)
 			if err != nil {
 				return Measurement{}, err
 			}
-			workers.Go(func() {
+			consumers.wg.Go(func() {
 				for d := range deliveries {
 					if last {
 						var p FlowPayload
@@ -320,16 +274,15 @@ func FlowChain(ctx context.Context, cfg Config, enveloped bool) (_ Measurement, 
 			})
 		}
 	}
-	starters := make(chan *amqp.Channel, FlowStarters)
-	for range FlowStarters {
-		ch, err := channel(true)
-		if err != nil {
-			return Measurement{}, err
-		}
-		starters <- ch
+	starters, err := confirmPool(ac, FlowStarters)
+	if err != nil {
+		return Measurement{}, err
 	}
-	c := startClock()
-	fd := feed(ctx, n, FlowStarters, func(ctx context.Context, _ int) error {
+	what := "messages through the plain chain"
+	if enveloped {
+		what = "messages through the enveloped plain chain"
+	}
+	return measureCounted(ctx, n, FlowSteps*n, FlowStarters, cd, lat, what, func(ctx context.Context, _ int) error {
 		if err := window.acquire(ctx); err != nil {
 			return err
 		}
@@ -348,13 +301,4 @@ func FlowChain(ctx context.Context, cfg Config, enveloped bool) (_ Measurement, 
 		}
 		return publishConfirmed(ctx, ch, "", queues[0], true, msg)
 	})
-	what := "messages through the plain chain"
-	if enveloped {
-		what = "messages through the enveloped plain chain"
-	}
-	err = cd.wait(ctx, fd.errc, what)
-	m := c.stop(n, FlowSteps*n)
-	fd.wait()
-	m.Latencies = lat.sorted()
-	return m, err
 }

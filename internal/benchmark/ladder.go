@@ -58,10 +58,7 @@ func ladderCount(cfg Config) int { return max(1, cfg.N/5) }
 // LadderLateness schedules N/5 messages on a ladder of its own (delays as
 // Ladder says) and measures how late each reaches its destination.
 func LadderLateness(ctx context.Context, cfg Config) (_ Measurement, err error) {
-	if cfg, err = cfg.withDefaults(); err != nil {
-		return Measurement{}, err
-	}
-	s, err := newScope(ctx, cfg)
+	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -95,10 +92,7 @@ func LadderLateness(ctx context.Context, cfg Config) (_ Measurement, err error) 
 // once, as the ladder's rungs do) to the destination, and measures how
 // late each arrives.
 func TTLLateness(ctx context.Context, cfg Config) (_ Measurement, err error) {
-	if cfg, err = cfg.withDefaults(); err != nil {
-		return Measurement{}, err
-	}
-	s, err := newScope(ctx, cfg)
+	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -151,26 +145,15 @@ func lateness(ctx context.Context, s *scope, conn *broker.Conn, dest string, n i
 	if err != nil {
 		return Measurement{}, fmt.Errorf("consume %s: %w", dest, err)
 	}
-	s.onClose(func(ctx context.Context) error {
-		if err := k.Cancel(ctx); err != nil {
-			return fmt.Errorf("stop consuming %s: %w", dest, err)
-		}
-		return nil
-	})
-	c := startClock()
+	s.closing("stop consuming "+dest, k.Cancel)
 	start := time.Now()
-	fd := feed(ctx, n, LadderPublishers, func(ctx context.Context, i int) error {
+	return measureCounted(ctx, n, n, LadderPublishers, cd, lat, what, func(ctx context.Context, i int) error {
 		// Evenly over spread: message i leaves at start + i*spread/n.
 		if err := waitUntil(ctx, start.Add(time.Duration(int64(spread)*int64(i)/int64(n)))); err != nil {
 			return err
 		}
 		return send(ctx, i)
 	})
-	err = cd.wait(ctx, fd.errc, what)
-	m := c.stop(n, n)
-	fd.wait()
-	m.Latencies = lat.sorted()
-	return m, err
 }
 
 // waitUntil returns at t, or with ctx's error when it ends first.

@@ -206,6 +206,41 @@ func runFeed(ctx context.Context, n, workers int, op func(ctx context.Context, i
 	}
 }
 
+// measureCalls times n operations that are done when op returns (a
+// confirmed publish, a round trip), called from workers goroutines: the
+// clock runs from the first call until every call has returned, and the
+// measurement counts messages moved. lat (nil = none) holds latencies op
+// added, sorted into the measurement.
+func measureCalls(ctx context.Context, n, messages, workers int, lat *latencies,
+	op func(ctx context.Context, i int) error) (Measurement, error) {
+	c := startClock()
+	err := runFeed(ctx, n, workers, op)
+	m := c.stop(n, messages)
+	if lat != nil {
+		m.Latencies = lat.sorted()
+	}
+	return m, err
+}
+
+// measureCounted times n operations that op starts from workers goroutines
+// and that finish elsewhere (a consumer calls done.add): the clock stops
+// once done has counted n, or when the feed or the wait fails (what names
+// the operations in that error); then the feed stops and its goroutines
+// are waited for. The measurement counts messages moved, and lat's
+// latencies (nil = none), sorted.
+func measureCounted(ctx context.Context, n, messages, workers int, done *countdown, lat *latencies, what string,
+	op func(ctx context.Context, i int) error) (Measurement, error) {
+	c := startClock()
+	fd := feed(ctx, n, workers, op)
+	err := done.wait(ctx, fd.errc, what)
+	m := c.stop(n, messages)
+	fd.wait()
+	if lat != nil {
+		m.Latencies = lat.sorted()
+	}
+	return m, err
+}
+
 // window bounds how many operations are under way: acquire before one
 // starts, release when it has finished.
 type window chan struct{}

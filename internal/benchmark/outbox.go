@@ -73,7 +73,7 @@ func OutboxRelay(ctx context.Context, cfg Config, inFlight, batch int) (_ RelayM
 	if cfg.DB == nil {
 		return RelayMeasurement{}, fmt.Errorf("outbox relay: %w", ErrNoDatabase)
 	}
-	s, err := newScope(ctx, cfg)
+	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return RelayMeasurement{}, err
 	}
@@ -115,12 +115,7 @@ func OutboxRelay(ctx context.Context, cfg Config, inFlight, batch int) (_ RelayM
 	if err != nil {
 		return RelayMeasurement{}, fmt.Errorf("outbox relay: %w", err)
 	}
-	s.onClose(func(ctx context.Context) error {
-		if err := rl.Close(ctx); err != nil {
-			return fmt.Errorf("close the relay: %w", err)
-		}
-		return nil
-	})
+	s.closing("close the relay", rl.Close)
 	c := startClock()
 	sent, err := rl.Sweep(ctx)
 	m := RelayMeasurement{Measurement: c.stop(sent, sent), Claim: ts.claim, Mark: ts.mark}
@@ -161,10 +156,7 @@ func (t *timedOutboxStore) MarkPublished(ctx context.Context, ids ...string) err
 // inFlight goroutines each waiting for its confirm: the ceiling any relay
 // reaches on this broker.
 func SendInFlight(ctx context.Context, cfg Config, inFlight int) (_ Measurement, err error) {
-	if cfg, err = cfg.withDefaults(); err != nil {
-		return Measurement{}, err
-	}
-	s, err := newScope(ctx, cfg)
+	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -184,12 +176,10 @@ func SendInFlight(ctx context.Context, cfg Config, inFlight int) (_ Measurement,
 			return Measurement{}, fmt.Errorf("prepare: %w", err)
 		}
 	}
-	c := startClock()
-	err = runFeed(ctx, cfg.N, inFlight, func(ctx context.Context, i int) error {
+	return measureCalls(ctx, cfg.N, cfg.N, inFlight, nil, func(ctx context.Context, i int) error {
 		if err := conn.Send(ctx, outs[i]); err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
 		return nil
 	})
-	return c.stop(cfg.N, cfg.N), err
 }

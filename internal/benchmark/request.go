@@ -67,10 +67,7 @@ func Request(ctx context.Context, cfg Config) ([]Result, error) {
 // patterns.Requester, answered by a patterns responder (Serve) on another
 // connection that echoes the request.
 func RequestReply(ctx context.Context, cfg Config, callers int) (_ Measurement, err error) {
-	if cfg, err = cfg.withDefaults(); err != nil {
-		return Measurement{}, err
-	}
-	s, err := newScope(ctx, cfg)
+	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -86,12 +83,7 @@ func RequestReply(ctx context.Context, cfg Config, callers int) (_ Measurement, 
 	if err != nil {
 		return Measurement{}, fmt.Errorf("serve %s: %w", q, err)
 	}
-	s.onClose(func(ctx context.Context) error {
-		if err := responder.Close(ctx); err != nil {
-			return fmt.Errorf("close the responder: %w", err)
-		}
-		return nil
-	})
+	s.closing("close the responder", responder.Close)
 	calling, err := s.open(ctx)
 	if err != nil {
 		return Measurement{}, err
@@ -100,16 +92,10 @@ func RequestReply(ctx context.Context, cfg Config, callers int) (_ Measurement, 
 	if err != nil {
 		return Measurement{}, fmt.Errorf("requester: %w", err)
 	}
-	s.onClose(func(ctx context.Context) error {
-		if err := r.Close(ctx); err != nil {
-			return fmt.Errorf("close the requester: %w", err)
-		}
-		return nil
-	})
+	s.closing("close the requester", r.Close)
 	n := cfg.N
 	lat := newLatencies(n)
-	c := startClock()
-	err = runFeed(ctx, n, callers, func(ctx context.Context, _ int) error {
+	return measureCalls(ctx, n, 2*n, callers, lat, func(ctx context.Context, _ int) error {
 		t0 := time.Now()
 		if _, err := r.CallMessage(ctx, requestBody); err != nil {
 			return err
@@ -117,9 +103,6 @@ func RequestReply(ctx context.Context, cfg Config, callers int) (_ Measurement, 
 		lat.add(time.Since(t0))
 		return nil
 	})
-	m := c.stop(n, 2*n)
-	m.Latencies = lat.sorted()
-	return m, err
 }
 
 // RequestReplyPlain is RequestReply written with amqp091-go alone: the
@@ -131,10 +114,7 @@ func RequestReply(ctx context.Context, cfg Config, callers int) (_ Measurement, 
 // exclusive auto-delete reply queue, which one goroutine consumes with
 // prefetch RequestReplyPrefetch, handing each reply to its caller.
 func RequestReplyPlain(ctx context.Context, cfg Config, callers int) (_ Measurement, err error) {
-	if cfg, err = cfg.withDefaults(); err != nil {
-		return Measurement{}, err
-	}
-	s, err := newScope(ctx, cfg)
+	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -151,46 +131,20 @@ func RequestReplyPlain(ctx context.Context, cfg Config, callers int) (_ Measurem
 	if err != nil {
 		return Measurement{}, err
 	}
-	var workers sync.WaitGroup
-	var consuming []*amqp.Channel
-	defer func() {
-		for _, ch := range consuming {
-			_ = ch.Close() // ends the deliveries' loops
-		}
-		workers.Wait()
-	}()
-	channel := func(ac *amqp.Connection, confirm bool) (*amqp.Channel, error) {
-		ch, err := ac.Channel()
-		if err != nil {
-			return nil, fmt.Errorf("amqp091-go: open channel: %w", err)
-		}
-		if confirm {
-			if err := ch.Confirm(false); err != nil {
-				return nil, fmt.Errorf("amqp091-go: confirm mode: %w", err)
-			}
-		}
-		return ch, nil
-	}
+	var consuming plainConsumers
+	defer consuming.stop()
 
 	// The responder.
-	rch, err := channel(serving, false)
+	requests, err := consuming.consume(serving, q, RequestPrefetch)
 	if err != nil {
 		return Measurement{}, err
 	}
-	consuming = append(consuming, rch)
-	if err := rch.Qos(RequestPrefetch, 0, false); err != nil {
-		return Measurement{}, fmt.Errorf("amqp091-go: qos: %w", err)
-	}
-	requests, err := rch.Consume(q, "", false, false, false, false, nil)
-	if err != nil {
-		return Measurement{}, fmt.Errorf("amqp091-go: consume %s: %w", q, err)
-	}
 	for range RequestConcurrency {
-		pch, err := channel(serving, true)
+		pch, err := plainChannel(serving, true)
 		if err != nil {
 			return Measurement{}, err
 		}
-		workers.Go(func() {
+		consuming.wg.Go(func() {
 			for d := range requests {
 				err := publishConfirmed(ctx, pch, "", d.ReplyTo, true, amqp.Publishing{
 					DeliveryMode: amqp.Persistent, ContentType: d.ContentType, MessageId: broker.NewID(),
@@ -206,11 +160,11 @@ func RequestReplyPlain(ctx context.Context, cfg Config, callers int) (_ Measurem
 	}
 
 	// The requester.
-	qch, err := channel(calling, false)
+	qch, err := plainChannel(calling, false)
 	if err != nil {
 		return Measurement{}, err
 	}
-	consuming = append(consuming, qch)
+	consuming.chans = append(consuming.chans, qch)
 	rq, err := qch.QueueDeclare("", false, true, true, false, amqp.Table{"x-queue-type": "classic"})
 	if err != nil {
 		return Measurement{}, fmt.Errorf("amqp091-go: declare the reply queue: %w", err)
@@ -224,7 +178,7 @@ func RequestReplyPlain(ctx context.Context, cfg Config, callers int) (_ Measurem
 	}
 	var mu sync.Mutex
 	pending := map[string]chan struct{}{}
-	workers.Go(func() {
+	consuming.wg.Go(func() {
 		for d := range replies {
 			mu.Lock()
 			ch, ok := pending[d.CorrelationId]
@@ -236,18 +190,13 @@ func RequestReplyPlain(ctx context.Context, cfg Config, callers int) (_ Measurem
 			}
 		}
 	})
-	free := make(chan *amqp.Channel, callers)
-	for range callers {
-		ch, err := channel(calling, true)
-		if err != nil {
-			return Measurement{}, err
-		}
-		free <- ch
+	free, err := confirmPool(calling, callers)
+	if err != nil {
+		return Measurement{}, err
 	}
 	n := cfg.N
 	lat := newLatencies(n)
-	c := startClock()
-	err = runFeed(ctx, n, callers, func(ctx context.Context, _ int) error {
+	return measureCalls(ctx, n, 2*n, callers, lat, func(ctx context.Context, _ int) error {
 		ch := <-free
 		defer func() { free <- ch }()
 		t0 := time.Now()
@@ -280,7 +229,4 @@ func RequestReplyPlain(ctx context.Context, cfg Config, callers int) (_ Measurem
 			return ctx.Err()
 		}
 	})
-	m := c.stop(n, 2*n)
-	m.Latencies = lat.sorted()
-	return m, err
 }

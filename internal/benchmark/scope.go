@@ -30,13 +30,19 @@ type scope struct {
 	tables    []string
 }
 
-// newScope opens the connection a scope deletes with.
-func newScope(ctx context.Context, cfg Config) (*scope, error) {
+// newScope begins a measurement: it fills in cfg's defaults, returning
+// the completed Config, and opens the connection the scope deletes with.
+// The caller defers s.close.
+func newScope(ctx context.Context, cfg Config) (Config, *scope, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return cfg, nil, err
+	}
 	admin, err := broker.Config{Logger: cfg.Logger}.Open(ctx, cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to the broker: %w", err)
+		return cfg, nil, fmt.Errorf("connect to the broker: %w", err)
 	}
-	return &scope{cfg: cfg, admin: admin}, nil
+	return cfg, &scope{cfg: cfg, admin: admin}, nil
 }
 
 // close undoes everything, with a context of its own (ctx may be the
@@ -74,6 +80,17 @@ func (s *scope) close(ctx context.Context, err *error) {
 // onClose runs f when the scope ends, before the deletions and before
 // whatever was registered earlier.
 func (s *scope) onClose(f func(context.Context) error) { s.closers = append(s.closers, f) }
+
+// closing calls stop (a Close or Cancel method) when the scope ends, as
+// onClose does; what says what failed in its error ("close the engine").
+func (s *scope) closing(what string, stop func(context.Context) error) {
+	s.onClose(func(ctx context.Context) error {
+		if err := stop(ctx); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	})
+}
 
 // deleteQueues deletes the named queues when the scope ends.
 func (s *scope) deleteQueues(names ...string) { s.queues = append(s.queues, names...) }
@@ -117,12 +134,7 @@ func (s *scope) open(ctx context.Context) (*broker.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to the broker: %w", err)
 	}
-	s.onClose(func(ctx context.Context) error {
-		if err := conn.Close(ctx); err != nil {
-			return fmt.Errorf("close connection: %w", err)
-		}
-		return nil
-	})
+	s.closing("close connection", conn.Close)
 	return conn, nil
 }
 

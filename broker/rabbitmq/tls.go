@@ -140,6 +140,15 @@ func (e *TLSError) Unwrap() error { return e.Err }
 
 // problem says in words what the TLS library's error means.
 func (e *TLSError) problem() string {
+	if v := verdict(e.Err); v != "" {
+		return v
+	}
+	return "the node refused the handshake (does it require a client certificate this one does not satisfy?)"
+}
+
+// verdict says in words what a certificate or record error of the TLS
+// library means, "" when err is none of those.
+func verdict(err error) string {
 	var (
 		unknown  x509.UnknownAuthorityError
 		hostname x509.HostnameError
@@ -148,17 +157,16 @@ func (e *TLSError) problem() string {
 		record   tls.RecordHeaderError
 	)
 	switch {
-	case errors.As(e.Err, &unknown):
+	case errors.As(err, &unknown):
 		return "its certificate is not signed by a trusted CA (set " + QueryCACertFile + " to the CA that signed it)"
-	case errors.As(e.Err, &hostname):
+	case errors.As(err, &hostname):
 		return "its certificate is not issued to that name (set " + QueryServerName + " to a name it is issued to)"
-	case errors.As(e.Err, &invalid), errors.As(e.Err, &verify):
+	case errors.As(err, &invalid), errors.As(err, &verify):
 		return "its certificate does not verify"
-	case errors.As(e.Err, &record):
+	case errors.As(err, &record):
 		return "it does not speak TLS on this port (a plain AMQP port?)"
-	default:
-		return "the node refused the handshake (does it require a client certificate this one does not satisfy?)"
 	}
+	return ""
 }
 
 // tlsFailure wraps err as a *TLSError when it is a TLS failure: a
@@ -166,17 +174,8 @@ func (e *TLSError) problem() string {
 // certificate after the handshake) an alert the node sent while the AMQP
 // handshake read its first frame, which amqp091 reports only as text.
 func tlsFailure(err error, node, serverName string) error {
-	var (
-		alert    tls.AlertError
-		unknown  x509.UnknownAuthorityError
-		hostname x509.HostnameError
-		invalid  x509.CertificateInvalidError
-		verify   *tls.CertificateVerificationError
-		record   tls.RecordHeaderError
-	)
-	switch {
-	case errors.As(err, &alert), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid),
-		errors.As(err, &verify), errors.As(err, &record), strings.Contains(err.Error(), "remote error: tls:"):
+	var alert tls.AlertError
+	if verdict(err) != "" || errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls:") {
 		return &TLSError{Node: node, ServerName: serverName, Err: err}
 	}
 	return err

@@ -12,6 +12,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/acemq/acemq-flow/broker/rabbitmq"
 	"github.com/acemq/acemq-flow/internal/benchmark"
 )
 
@@ -50,6 +51,13 @@ func (a *app) benchCommand() *cobra.Command {
 			}
 			if ladderDelay < 0 {
 				return fmt.Errorf("--ladder-delay %s: want a positive duration", ladderDelay)
+			}
+			if b := a.brokerTLS; b != (brokerTLS{}) {
+				// The plain amqp091-go baselines dial the URL themselves:
+				// TLS settings must be where both sides read them.
+				return fmt.Errorf("bench takes no --broker-ca-file, --broker-cert-file, --broker-key-file or --broker-server-name: "+
+					"put them in the amqps:// URL's query (%s, %s, %s, %s)",
+					rabbitmq.QueryCACertFile, rabbitmq.QueryCertFile, rabbitmq.QueryKeyFile, rabbitmq.QueryServerName)
 			}
 			cfg := benchmark.Config{URL: url, N: n, LadderDelay: ladderDelay, Logger: a.logger(cmd)}
 			if cfg.URL == "" || cfg.URL == EmbeddedURL {

@@ -18,108 +18,33 @@
 # is kept, without the data, when the driver fails.
 set -euo pipefail
 
+. "$(dirname "$0")/lib.sh"
+
 amqp_port=${CHAOS_AMQP_PORT:-5673}
 dist_port=${CHAOS_DIST_PORT:-25673}
 pg_port=${CHAOS_PG_PORT:-5433}
 node=${CHAOS_NODE:-chaos@localhost}
 rabbit_bin=${CHAOS_RABBIT_BIN:-/usr/lib/rabbitmq/bin}
-pg_bin=${CHAOS_PG_BIN:-}
-if [ -z "$pg_bin" ]; then
-	pg_bin=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n 1)
-fi
+pg_bin=${CHAOS_PG_BIN:-$(newest_pg_bin)}
 
-log() { printf 'chaos.sh: %s\n' "$*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
-
-# as USER CMD...: CMD as USER when we are root (the servers refuse to run
-# as root, or should not), as ourselves otherwise.
-as() {
-	local user=$1
-	shift
-	if [ "$(id -u)" -eq 0 ]; then
-		runuser -u "$user" -- "$@"
-	else
-		"$@"
-	fi
-}
-
-# rabbit_env sets, in the array renv, the environment that makes
-# rabbitmq-server and rabbitmqctl use the chaos node and nothing of the
-# system node's: its own name, ports, data, logs, config, plugins (none,
-# so that no management port is taken) and env file.
-rabbit_env() {
-	local r=$dir/rabbit
-	renv=(RABBITMQ_NODENAME="$node" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
-		RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$dist_port"
-		RABBITMQ_MNESIA_BASE="$r/mnesia" RABBITMQ_LOG_BASE="$r/log"
-		RABBITMQ_CONFIG_FILE="$r/rabbitmq.conf" RABBITMQ_ADVANCED_CONFIG_FILE="$r/advanced.config"
-		RABBITMQ_ENABLED_PLUGINS_FILE="$r/enabled_plugins" RABBITMQ_CONF_ENV_FILE="$r/rabbitmq-env.conf"
-		RABBITMQ_PID_FILE="$r/pid" ERL_EPMD_ADDRESS=127.0.0.1
-		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}")
-}
+# rabbit_node makes the chaos node the one lib.sh's rnode_* functions act
+# on.
+rabbit_node() { rnode_select "$node" "$amqp_port" "$dist_port" "$dir/rabbit"; }
 
 rabbitmqctl() {
-	rabbit_env
-	as rabbitmq env "${renv[@]}" "$rabbit_bin/rabbitmqctl" -q -n "$node" "$@"
+	rabbit_node
+	rnode_ctl "$@"
 }
 
 rabbit_start() {
-	rabbit_env
-	# setsid: a ^C meant for the driver must not reach the node; the
-	# trap stops it.
-	local user=()
-	[ "$(id -u)" -ne 0 ] || user=(runuser -u rabbitmq --)
-	setsid "${user[@]}" env "${renv[@]}" "$rabbit_bin/rabbitmq-server" \
-		</dev/null >>"$dir/rabbit/log/server.out" 2>&1 &
-	echo $! >"$dir/rabbit/launcher.pid"
-	if ! rabbitmqctl wait --timeout 90 "$dir/rabbit/pid" >/dev/null; then
-		tail -n 30 "$dir/rabbit/log/server.out" >&2 || true
-		die "the RabbitMQ node $node did not start (logs in $dir/rabbit/log)"
-	fi
+	rabbit_node
+	rnode_launch
+	rnode_wait 90
 }
 
 rabbit_stop() {
-	if [ ! -s "$dir/rabbit/pid" ]; then
-		# Never came up far enough to write its pid: stop what launched it.
-		if [ -s "$dir/rabbit/launcher.pid" ]; then
-			kill -TERM "$(cat "$dir/rabbit/launcher.pid")" 2>/dev/null || true
-			rm -f "$dir/rabbit/launcher.pid"
-		fi
-		return 0
-	fi
-	local pid
-	pid=$(cat "$dir/rabbit/pid")
-	if ! rabbitmqctl stop "$dir/rabbit/pid" >/dev/null 2>&1 && kill -0 "$pid" 2>/dev/null; then
-		log "rabbitmqctl stop failed; sending SIGTERM to the node ($pid)"
-		kill -TERM "$pid" 2>/dev/null || true
-		for _ in $(seq 1 60); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.5
-		done
-	fi
-	rm -f "$dir/rabbit/pid" "$dir/rabbit/launcher.pid"
-}
-
-pg_ctl() {
-	as postgres "$pg_bin/pg_ctl" -D "$dir/pg/data" "$@"
-}
-
-# pg_start starts the cluster without fsync: a crash of PostgreSQL alone
-# (what the scenarios inject) loses nothing committed, since every
-# commit's WAL is still written to the kernel; only a machine crash
-# would, and none is injected.
-pg_start() {
-	pg_ctl -l "$dir/pg/log/postgres.log" -w -t 60 start \
-		-o "-p $pg_port -k $dir/pg -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=300" \
-		>/dev/null || die "PostgreSQL did not start (log: $dir/pg/log/postgres.log)"
-}
-
-pg_stop() {
-	[ -f "$dir/pg/data/postmaster.pid" ] || return 0
-	pg_ctl -m "${1:-fast}" -w -t 60 stop >/dev/null
+	rabbit_node
+	rnode_stop
 }
 
 # The in-node loop of close-loop-start (replacing one already running):
@@ -166,60 +91,22 @@ if [ "${1:-}" = ctl ]; then
 	exit
 fi
 
-[ -x "$rabbit_bin/rabbitmq-server" ] || die "no rabbitmq-server in $rabbit_bin (set CHAOS_RABBIT_BIN)"
-[ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] || die "no PostgreSQL binaries found (set CHAOS_PG_BIN)"
-for port in "$amqp_port" "$dist_port" "$pg_port"; do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		die "port $port is taken: the chaos services need it (set CHAOS_AMQP_PORT, CHAOS_DIST_PORT or CHAOS_PG_PORT)"
-	fi
-done
+check_servers CHAOS
+ports_free "the chaos services need it (set CHAOS_AMQP_PORT, CHAOS_DIST_PORT or CHAOS_PG_PORT)" \
+	"$amqp_port" "$dist_port" "$pg_port"
 
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-dir=$(mktemp -d "${TMPDIR:-/tmp}/acemq-chaos.XXXXXX")
-chmod 755 "$dir"
 rabbit_started=
 pg_started=
-build=
-status=1
-
-cleanup() {
-	trap - EXIT INT TERM
-	set +e
-	if [ -n "$build" ] && kill -0 "$build" 2>/dev/null; then
-		kill "$build"
-		wait "$build"
-	fi
+stop_services() {
 	[ -n "$rabbit_started" ] && rabbit_stop
 	[ -n "$pg_started" ] && pg_stop fast
-	if [ "${CHAOS_KEEP:-}" = 1 ]; then
-		log "kept $dir"
-	elif [ "$status" -ne 0 ]; then
-		rm -rf "$dir/rabbit/mnesia" "$dir/pg/data" "$dir/bin"
-		log "logs kept in $dir"
-	else
-		rm -rf "$dir"
-	fi
-	exit "$status"
 }
-trap cleanup EXIT
-trap 'status=130; exit' INT TERM
+work_start chaos "${CHAOS_KEEP:-}"
 
 mkdir -p "$dir/bin" "$dir/logs" "$dir/rabbit/log" "$dir/rabbit/mnesia" "$dir/pg/log"
-log "building the driver and the chaos flow binary while the services start"
-(cd "$root" && exec go build -o "$dir/bin/" ./internal/chaos ./internal/chaos/flowbin) &
-build=$!
+build_start
 
-cat >"$dir/rabbit/rabbitmq.conf" <<EOF
-listeners.tcp.1 = 127.0.0.1:$amqp_port
-loopback_users.guest = true
-disk_free_limit.absolute = 50MB
-log.file.level = info
-log.console = false
-EOF
-echo '[].' >"$dir/rabbit/enabled_plugins"
-echo '[].' >"$dir/rabbit/advanced.config"
-: >"$dir/rabbit/rabbitmq-env.conf"
+rnode_files "$dir/rabbit" "listeners.tcp.1 = 127.0.0.1:$amqp_port"
 if [ "$(id -u)" -eq 0 ]; then
 	chown -R rabbitmq:rabbitmq "$dir/rabbit"
 	mkdir -p "$dir/pg/data"
@@ -230,12 +117,10 @@ log "starting RabbitMQ node $node on 127.0.0.1:$amqp_port"
 rabbit_started=1
 rabbit_start
 log "starting PostgreSQL on 127.0.0.1:$pg_port"
-as postgres "$pg_bin/initdb" -D "$dir/pg/data" -U postgres -A trust -E UTF8 --no-sync >"$dir/pg/log/initdb.log" 2>&1 ||
-	die "initdb failed (log: $dir/pg/log/initdb.log)"
+pg_init
 pg_started=1
 pg_start
-wait "$build" || die "go build failed"
-build=
+build_wait
 
 set +e
 CHAOS_DIR=$dir "$dir/bin/chaos" -bin "$dir/bin/flowbin" -ctl "$here/chaos.sh" -logs "$dir/logs" \

@@ -27,50 +27,21 @@
 # without the data, when the driver fails.
 set -euo pipefail
 
+. "$(dirname "$0")/lib.sh"
+
 amqp_base=${CLUSTER_AMQP_BASE:-5680}
 tls_base=${CLUSTER_TLS_BASE:-5690}
 dist_base=${CLUSTER_DIST_BASE:-25680}
 pg_port=${CLUSTER_PG_PORT:-5434}
 rabbit_bin=${CLUSTER_RABBIT_BIN:-/usr/lib/rabbitmq/bin}
-pg_bin=${CLUSTER_PG_BIN:-}
-if [ -z "$pg_bin" ]; then
-	pg_bin=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n 1)
-fi
+pg_bin=${CLUSTER_PG_BIN:-$(newest_pg_bin)}
 nodes=(1 2 3)
-
-log() { printf 'cluster.sh: %s\n' "$*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
-
-# as USER CMD...: CMD as USER when we are root (the servers refuse to run
-# as root, or should not), as ourselves otherwise.
-as() {
-	local user=$1
-	shift
-	if [ "$(id -u)" -eq 0 ]; then
-		runuser -u "$user" -- "$@"
-	else
-		"$@"
-	fi
-}
 
 node_name() { echo "clu$1@localhost"; }
 
-# node_env N sets, in the array renv, the environment that makes
-# rabbitmq-server and rabbitmqctl use node N and nothing of the system
-# node's: its own name, ports, data, logs, config, plugins (none, so that
-# no management port is taken) and env file.
+# node_env N makes node N the one lib.sh's rnode_* functions act on.
 node_env() {
-	local r=$dir/clu$1
-	renv=(RABBITMQ_NODENAME="$(node_name "$1")" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
-		RABBITMQ_NODE_PORT="$((amqp_base + $1))" RABBITMQ_DIST_PORT="$((dist_base + $1))"
-		RABBITMQ_MNESIA_BASE="$r/mnesia" RABBITMQ_LOG_BASE="$r/log"
-		RABBITMQ_CONFIG_FILE="$r/rabbitmq.conf" RABBITMQ_ADVANCED_CONFIG_FILE="$r/advanced.config"
-		RABBITMQ_ENABLED_PLUGINS_FILE="$r/enabled_plugins" RABBITMQ_CONF_ENV_FILE="$r/rabbitmq-env.conf"
-		RABBITMQ_PID_FILE="$r/pid" ERL_EPMD_ADDRESS=127.0.0.1
-		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}")
+	rnode_select "$(node_name "$1")" "$((amqp_base + $1))" "$((dist_base + $1))" "$dir/clu$1"
 }
 
 # ctl_on N ARGS...: rabbitmqctl against node N.
@@ -78,28 +49,19 @@ ctl_on() {
 	local n=$1
 	shift
 	node_env "$n"
-	as rabbitmq env "${renv[@]}" "$rabbit_bin/rabbitmqctl" -q -n "$(node_name "$n")" "$@"
+	rnode_ctl "$@"
 }
 
 node_configure() {
 	local n=$1 r=$dir/clu$1
 	mkdir -p "$r/log" "$r/mnesia"
-	cat >"$r/rabbitmq.conf" <<EOF
-listeners.tcp.1 = 127.0.0.1:$((amqp_base + n))
+	rnode_files "$r" "listeners.tcp.1 = 127.0.0.1:$((amqp_base + n))
 listeners.ssl.1 = 127.0.0.1:$((tls_base + n))
 ssl_options.cacertfile = $dir/tls/ca.pem
 ssl_options.certfile = $dir/tls/server.pem
 ssl_options.keyfile = $r/server.key
 ssl_options.verify = verify_peer
-ssl_options.fail_if_no_peer_cert = true
-loopback_users.guest = true
-disk_free_limit.absolute = 50MB
-log.file.level = info
-log.console = false
-EOF
-	echo '[].' >"$r/enabled_plugins"
-	echo '[].' >"$r/advanced.config"
-	: >"$r/rabbitmq-env.conf"
+ssl_options.fail_if_no_peer_cert = true"
 	cp "$dir/tls/server.key" "$r/server.key"
 	if [ "$(id -u)" -eq 0 ]; then
 		chown -R rabbitmq:rabbitmq "$r"
@@ -110,47 +72,21 @@ EOF
 # node_launch N starts node N in the background; node_wait N waits until
 # it runs.
 node_launch() {
-	local n=$1 r=$dir/clu$1
-	node_env "$n"
-	# setsid: a ^C meant for the driver must not reach the node; the trap
-	# stops it.
-	local user=()
-	[ "$(id -u)" -ne 0 ] || user=(runuser -u rabbitmq --)
-	setsid "${user[@]}" env "${renv[@]}" "$rabbit_bin/rabbitmq-server" \
-		</dev/null >>"$r/log/server.out" 2>&1 &
-	echo $! >"$r/launcher.pid"
+	node_env "$1"
+	rnode_launch
 }
 
 node_wait() {
-	local n=$1 r=$dir/clu$1
-	if ! ctl_on "$n" wait --timeout 120 "$r/pid" >/dev/null; then
-		tail -n 30 "$r/log/server.out" >&2 || true
-		die "the RabbitMQ node $(node_name "$n") did not start (logs in $r/log)"
-	fi
+	node_env "$1"
+	rnode_wait 120
 }
 
+# node_stop N: a frozen node (node-freeze) is thawed first, or it would
+# not stop.
 node_stop() {
-	local n=$1 r=$dir/clu$1
-	[ ! -s "$r/pid" ] || kill -CONT "$(cat "$r/pid")" 2>/dev/null || true
-	if [ ! -s "$r/pid" ]; then
-		# Never came up far enough to write its pid: stop what launched it.
-		if [ -s "$r/launcher.pid" ]; then
-			kill -TERM "$(cat "$r/launcher.pid")" 2>/dev/null || true
-			rm -f "$r/launcher.pid"
-		fi
-		return 0
-	fi
-	local pid
-	pid=$(cat "$r/pid")
-	if ! ctl_on "$n" stop "$r/pid" >/dev/null 2>&1 && kill -0 "$pid" 2>/dev/null; then
-		log "rabbitmqctl stop failed; sending SIGTERM to $(node_name "$n") ($pid)"
-		kill -TERM "$pid" 2>/dev/null || true
-		for _ in $(seq 1 60); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.5
-		done
-	fi
-	rm -f "$r/pid" "$r/launcher.pid"
+	node_env "$1"
+	[ ! -s "$rdir/pid" ] || kill -CONT "$(cat "$rdir/pid")" 2>/dev/null || true
+	rnode_stop
 }
 
 # node_kill N kills node N's Erlang VM with SIGKILL, as a machine that
@@ -269,54 +205,29 @@ if [ "${1:-}" = ctl ]; then
 	exit
 fi
 
-[ -x "$rabbit_bin/rabbitmq-server" ] || die "no rabbitmq-server in $rabbit_bin (set CLUSTER_RABBIT_BIN)"
-[ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] || die "no PostgreSQL binaries found (set CLUSTER_PG_BIN)"
+check_servers CLUSTER
 command -v openssl >/dev/null || die "no openssl: it makes the certificates"
-for port in $((amqp_base + 1)) $((amqp_base + 2)) $((amqp_base + 3)) $((tls_base + 1)) $((tls_base + 2)) $((tls_base + 3)) \
-	$((dist_base + 1)) $((dist_base + 2)) $((dist_base + 3)) "$pg_port"; do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		die "port $port is taken: the cluster needs it (set CLUSTER_AMQP_BASE, CLUSTER_TLS_BASE, CLUSTER_DIST_BASE or CLUSTER_PG_PORT)"
-	fi
-done
+ports_free "the cluster needs it (set CLUSTER_AMQP_BASE, CLUSTER_TLS_BASE, CLUSTER_DIST_BASE or CLUSTER_PG_PORT)" \
+	$((amqp_base + 1)) $((amqp_base + 2)) $((amqp_base + 3)) $((tls_base + 1)) $((tls_base + 2)) $((tls_base + 3)) \
+	$((dist_base + 1)) $((dist_base + 2)) $((dist_base + 3)) "$pg_port"
 
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-dir=$(mktemp -d "${TMPDIR:-/tmp}/acemq-cluster.XXXXXX")
-chmod 755 "$dir"
 started=()
 pg_started=
-build=
-status=1
-
-cleanup() {
-	trap - EXIT INT TERM
-	set +e
-	if [ -n "$build" ] && kill -0 "$build" 2>/dev/null; then
-		kill "$build"
-		wait "$build"
-	fi
+# stop_services stops the nodes side by side, then PostgreSQL. A ^C in
+# the meantime interrupts wait, not the stops (background jobs ignore
+# SIGINT): wait again until they are done.
+stop_services() {
+	local n
 	for n in "${started[@]}"; do
 		node_stop "$n" &
 	done
-	wait
-	[ -n "$pg_started" ] && as postgres "$pg_bin/pg_ctl" -D "$dir/pg/data" -m fast -w -t 60 stop >/dev/null
-	if [ "${CLUSTER_KEEP:-}" = 1 ]; then
-		log "kept $dir"
-	elif [ "$status" -ne 0 ]; then
-		rm -rf "$dir"/clu*/mnesia "$dir/pg/data" "$dir/bin"
-		log "logs kept in $dir"
-	else
-		rm -rf "$dir"
-	fi
-	exit "$status"
+	until wait; do :; done
+	[ -n "$pg_started" ] && pg_stop fast
 }
-trap cleanup EXIT
-trap 'status=130; exit' INT TERM
+work_start cluster "${CLUSTER_KEEP:-}"
 
 mkdir -p "$dir/bin" "$dir/logs" "$dir/tls" "$dir/pg/log"
-log "building the driver and the chaos flow binary while the services start"
-(cd "$root" && exec go build -o "$dir/bin/" ./internal/chaos ./internal/chaos/flowbin) &
-build=$!
+build_start
 
 # Certificates: a CA, the servers' certificate (localhost, 127.0.0.1)
 # and a client's, all signed by it, and a CA that signed nothing of
@@ -354,16 +265,13 @@ for n in "${nodes[@]}"; do
 	node_launch "$n"
 done
 log "starting PostgreSQL on 127.0.0.1:$pg_port (TLS with a client certificate only)"
-as postgres "$pg_bin/initdb" -D "$dir/pg/data" -U postgres -A trust -E UTF8 --no-sync >"$dir/pg/log/initdb.log" 2>&1 ||
-	die "initdb failed (log: $dir/pg/log/initdb.log)"
+pg_init
 cat >"$dir/pg/data/pg_hba.conf" <<EOF
 local   all all                trust
 hostssl all all 127.0.0.1/32   trust clientcert=verify-ca
 EOF
 pg_started=1
-as postgres "$pg_bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log/postgres.log" -w -t 60 start \
-	-o "-p $pg_port -k $dir/pg -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=300 -c ssl=on -c ssl_cert_file=$tls/server.pem -c ssl_key_file=$dir/pg/server.key -c ssl_ca_file=$tls/ca.pem" \
-	>/dev/null || die "PostgreSQL did not start (log: $dir/pg/log/postgres.log)"
+pg_start "-c ssl=on -c ssl_cert_file=$tls/server.pem -c ssl_key_file=$dir/pg/server.key -c ssl_ca_file=$tls/ca.pem"
 
 for n in "${nodes[@]}"; do
 	node_wait "$n"
@@ -377,8 +285,7 @@ for n in 2 3; do
 	done
 done
 ctl_on 1 await_online_nodes 3 --timeout 60 >/dev/null || die "the cluster did not come together: $(ctl_on 1 cluster_status 2>&1)"
-wait "$build" || die "go build failed"
-build=
+build_wait
 
 list() {
 	local base=$1 out=

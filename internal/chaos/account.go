@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/chaos/chaosflow"
 )
 
 // effect is one application of a step's effect.
@@ -154,7 +156,7 @@ func (s *session) account(ctx context.Context, r *row, progress io.Writer) {
 
 // readEffects adds every applied effect to its run's fate.
 func (s *session) readEffects(ctx context.Context, get func(string) *fate) error {
-	rows, err := s.pool.Query(ctx, `SELECT run_id, step, worker, at FROM chaos_effects ORDER BY at`)
+	rows, err := s.pool.Query(ctx, `SELECT run_id, step, worker, at FROM `+chaosflow.EffectsTable+` ORDER BY at`)
 	if err != nil {
 		return err
 	}
@@ -194,14 +196,22 @@ func (s *session) scanQueues(ctx context.Context) (map[string][]string, error) {
 			return nil, fmt.Errorf("channel: %w", err)
 		}
 		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-		if err != nil {
+		var ae *amqp.Error
+		switch {
+		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
 			// Not declared: nothing ever waited there. The failed
 			// declare closed the channel.
 			continue
+		case err != nil:
+			return nil, fmt.Errorf("inspect %s: %w", q, err)
 		}
 		for range min(info.Messages, maxScanned) {
 			d, ok, err := ch.Get(q, false)
-			if err != nil || !ok {
+			if err != nil {
+				// A partial scan would count the runs it missed as lost.
+				return nil, fmt.Errorf("read %s: %w", q, err)
+			}
+			if !ok {
 				break
 			}
 			id, _ := d.Headers[broker.HeaderRunID].(string)

@@ -393,11 +393,14 @@ func (s *session) wait(ctx context.Context, startsDone, faultDone <-chan struct{
 		case <-tick.C:
 		}
 		j, e, err := s.progress(ctx)
+		now := time.Now()
 		if err != nil {
-			// The database may be down on purpose.
+			// The database may be down on purpose, but not for ever.
+			if now.Sub(lastChange) > s.cfg.stall {
+				return lastChange, fmt.Sprintf("no progress for %s: the database does not answer: %v", s.cfg.stall, err)
+			}
 			continue
 		}
-		now := time.Now()
 		if j != lastJ || e != lastE {
 			lastChange = now
 		}
@@ -437,7 +440,7 @@ func closed(c <-chan struct{}) bool {
 func (s *session) progress(ctx context.Context) (journaled, effected int, err error) {
 	err = s.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM `+persistence.DefaultRunsTable+` WHERE flow = $1 AND status = $2),
-		(SELECT count(DISTINCT run_id) FROM chaos_effects WHERE step = $3)`,
+		(SELECT count(DISTINCT run_id) FROM `+chaosflow.EffectsTable+` WHERE step = $3)`,
 		s.flow, string(s.final), s.lastEffect).Scan(&journaled, &effected)
 	return journaled, effected, err
 }

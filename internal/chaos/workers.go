@@ -96,8 +96,15 @@ func (f *fleet) start(ctx context.Context) (*worker, error) {
 	f.mu.Lock()
 	f.workers = append(f.workers, w)
 	f.names[chaosflow.WorkerNameOf(w.cmd.Process.Pid)] = w.name
+	// stopAll may have listed the live workers while this one started:
+	// it would never be drained, and its watcher never return.
+	late := f.stopping
 	f.mu.Unlock()
 	f.watchers.Go(func() { f.watch(w) })
+	if late {
+		f.kill(w)
+		return nil, errStopping
+	}
 	return w, f.ready(ctx, w)
 }
 

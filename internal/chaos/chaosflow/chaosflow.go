@@ -19,8 +19,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/persistence"
@@ -62,19 +60,14 @@ const EffectsTable = "chaos_effects"
 // own, so that an insert retried after its answer was lost is not
 // counted twice.
 const CreateEffectsTable = `
-CREATE TABLE IF NOT EXISTS chaos_effects (
+CREATE TABLE IF NOT EXISTS ` + EffectsTable + ` (
 	id     text PRIMARY KEY,
 	run_id text NOT NULL,
 	step   text NOT NULL,
 	worker text NOT NULL,
 	at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE INDEX IF NOT EXISTS chaos_effects_run_idx ON chaos_effects (run_id, step);`
-
-// retryFor is how long one application keeps trying its insert while
-// the database does not answer: longer than a restart takes, shorter than
-// a step's patience.
-const retryFor = 30 * time.Second
+CREATE INDEX IF NOT EXISTS ` + EffectsTable + `_run_idx ON ` + EffectsTable + ` (run_id, step);`
 
 // StepRetry is the retry policy of every step and compensation: an outage
 // of a minute or two never uses it up.
@@ -83,37 +76,29 @@ var StepRetry = broker.Exponential(8, time.Second)
 // ErrNoDatabase: the effects have nowhere to go.
 var ErrNoDatabase = errors.New("chaos flows: no database (set ACEMQ_DATABASE_URL)")
 
-// Effects applies the flows' side effects in PostgreSQL. A nil *Effects
+// Effects applies the flows' side effects in PostgreSQL, in each step's
+// own transaction (every chaos step is Transactional). A nil *Effects
 // refuses every effect with ErrNoDatabase: a process that only starts
 // runs never applies one.
 type Effects struct {
-	pool   *pgxpool.Pool
 	worker string
 }
 
-// NewEffects returns Effects on the database at url, connecting when the
-// first effect is applied; worker names this process in every row. An
-// empty url gives nil, which refuses every effect. Its connections live
-// as long as the process.
+// NewEffects returns Effects for a worker on the database at url (the
+// engine's, whose step transactions the effects join); worker names this
+// process in every row. An empty url gives nil, which refuses every
+// effect.
 func NewEffects(url, worker string) (*Effects, error) {
 	if url == "" {
 		return nil, nil
 	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("chaos effects: database URL: %w", err)
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("chaos effects: %w", err)
-	}
-	return &Effects{pool: pool, worker: worker}, nil
+	return &Effects{worker: worker}, nil
 }
 
 // Apply applies the effect called step for the run whose message ctx's
-// handler holds, after working o.WorkMillis. The insert is retried with
-// the same id while the database does not answer, so that one
-// application is one row however often it had to be sent.
+// handler holds, after working o.WorkMillis, in the step's transaction:
+// it commits with the record that the step ran, or not at all, so that a
+// failure rolls both back and the step is retried.
 func (e *Effects) Apply(ctx context.Context, o Order, step string) error {
 	if e == nil {
 		return ErrNoDatabase
@@ -129,32 +114,16 @@ func (e *Effects) Apply(ctx context.Context, o Order, step string) error {
 			return ctx.Err()
 		}
 	}
-	if tx, ok := persistence.Tx(ctx); ok {
-		// It commits with the record that the step ran, or not at all: a
-		// failure here rolls both back and the step is retried.
-		_, err := tx.Exec(ctx, `INSERT INTO chaos_effects (id, run_id, step, worker) VALUES ($1, $2, $3, $4)`,
-			broker.NewID(), m.RunID, step, e.worker)
-		if err != nil {
-			return fmt.Errorf("chaos effect %s of run %s: %w", step, m.RunID, err)
-		}
-		return nil
+	tx, ok := persistence.Tx(ctx)
+	if !ok {
+		return broker.Fatal(fmt.Errorf("chaos effect %s of run %s: not in a step's transaction (the step is not Transactional)", step, m.RunID))
 	}
-	id := broker.NewID()
-	deadline := time.Now().Add(retryFor)
-	for {
-		_, err := e.pool.Exec(ctx, `INSERT INTO chaos_effects (id, run_id, step, worker) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (id) DO NOTHING`, id, m.RunID, step, e.worker)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("chaos effect %s of run %s: %w", step, m.RunID, err)
-		}
-		select {
-		case <-time.After(200 * time.Millisecond):
-		case <-ctx.Done():
-		}
+	_, err := tx.Exec(ctx, `INSERT INTO `+EffectsTable+` (id, run_id, step, worker) VALUES ($1, $2, $3, $4)`,
+		broker.NewID(), m.RunID, step, e.worker)
+	if err != nil {
+		return fmt.Errorf("chaos effect %s of run %s: %w", step, m.RunID, err)
 	}
+	return nil
 }
 
 // Flows are the chaos flows, named prefix.Pipeline and prefix.Saga, their

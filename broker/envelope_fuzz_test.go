@@ -182,40 +182,17 @@ func fuzzHeaders(entries ...[]byte) []byte {
 	return slices.Concat(append([][]byte{{byte(len(entries))}}, entries...)...)
 }
 
-// fuzzIsInt is the contract's "int": any AMQP integer width.
-func fuzzIsInt(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int8:
-		return int64(x), true
-	case uint8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case int:
-		return int64(x), true
-	}
-	return 0, false
-}
-
 // fuzzMalformed lists the engine headers of h that the contract's types
 // rule out, each with the value the error should name.
 func fuzzMalformed(h transport.Table) map[string]any {
 	bad := map[string]any{}
 	if v, ok := h[HeaderFirstSeen]; ok {
-		if _, isInt := fuzzIsInt(v); !isInt {
+		if _, isInt := transport.Int(v); !isInt {
 			bad[HeaderFirstSeen] = v
 		}
 	}
 	if v, ok := h[HeaderAttempt]; ok {
-		if n, isInt := fuzzIsInt(v); !isInt || n < 1 {
+		if n, isInt := transport.Int(v); !isInt || n < 1 {
 			bad[HeaderAttempt] = v
 		}
 	}
@@ -236,7 +213,7 @@ func fuzzMalformed(h transport.Table) map[string]any {
 		if p, ok := h[HeaderRoutePosition]; ok {
 			pos = p
 		}
-		if n, isInt := fuzzIsInt(pos); !isInt || n < 0 || n >= int64(len(arr)) {
+		if n, isInt := transport.Int(pos); !isInt || n < 0 || n >= int64(len(arr)) {
 			bad[HeaderRoutePosition] = pos
 		}
 	}
@@ -339,13 +316,13 @@ func FuzzEnvelopeHeaders(f *testing.F) {
 		}
 		wantAttempt := int64(1)
 		if v, ok := orig[HeaderAttempt]; ok {
-			wantAttempt, _ = fuzzIsInt(v)
+			wantAttempt, _ = transport.Int(v)
 		}
 		if int64(e.Attempt) != wantAttempt {
 			t.Fatalf("attempt %d, want %d", e.Attempt, wantAttempt)
 		}
 		if v, ok := orig[HeaderFirstSeen]; ok {
-			ms, _ := fuzzIsInt(v)
+			ms, _ := transport.Int(v)
 			if e.FirstSeen.UnixMilli() != ms {
 				t.Fatalf("first seen %d, want %d", e.FirstSeen.UnixMilli(), ms)
 			}
@@ -390,7 +367,7 @@ func FuzzEnvelopeHeaders(f *testing.F) {
 			t.Fatalf("decodeEnvelope refused what EnvelopeOf read: %v", err)
 		}
 		written1, ok := m.Headers[HeaderFirstSeen]
-		if ms, isInt := fuzzIsInt(written1); !ok || !isInt || ms != consumed.FirstSeen.UnixMilli() {
+		if ms, isInt := transport.Int(written1); !ok || !isInt || ms != consumed.FirstSeen.UnixMilli() {
 			t.Fatalf("first seen %v written as %#v", consumed.FirstSeen, written1)
 		}
 		// Without the header: the timestamp property, unless there is none

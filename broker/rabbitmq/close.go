@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// Close waits until SettleGrace has passed since the last acknowledgement
-// (bounded by ctx), then stops reconnecting, cancels every subscription (requeueing what the
+// Close waits for the acknowledgements already taken to be written and
+// until SettleGrace has passed since the last one (bounded by ctx), then
+// stops reconnecting, cancels every subscription (requeueing what the
 // broker sent after the cancel), closes the connection, which hands every
 // unsettled delivery back to its queue, and waits, bounded by ctx, for the
 // transport's goroutines to end. Publishes still waiting for a confirm fail
@@ -18,6 +19,7 @@ func (t *Transport) Close(ctx context.Context) error {
 	if t.isClosed() {
 		return nil
 	}
+	t.drainAcks(ctx)
 	// Give the broker SettleGrace after the last ack to apply it: a quorum
 	// queue undoes acknowledgements still in flight when their channel
 	// closes, and the messages would be delivered again.

@@ -171,7 +171,7 @@ func (sub *subscription) consumeOn(s *session, args transport.Table, probe bool)
 	c := &consumer{
 		s:     s,
 		probe: probe,
-		h:     &heldChannel{t: sub.t, ch: ch},
+		h:     &heldChannel{t: sub.t, ch: ch, coalesce: true},
 		// Both are read by the subscription's goroutine; buffered so that
 		// amqp091's reader never waits on them.
 		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),

@@ -66,7 +66,7 @@ type heldDelivery struct {
 // delivery converts msg and attaches a settler for it on h.
 func delivery(h *heldChannel, msg *amqp.Delivery) *transport.Delivery {
 	d := &heldDelivery{Delivery: fromDelivery(msg)}
-	h.received()
+	h.received(msg.DeliveryTag)
 	d.settler.h, d.settler.tag = h, msg.DeliveryTag
 	d.Settler = &d.settler
 	return &d.Delivery

@@ -1,8 +1,10 @@
 package rabbitmq
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,28 +16,169 @@ import (
 // heldChannel is a channel that deliveries arrived on (a subscription's, or
 // the get channel). It stays open while any of them is unsettled: closing it
 // would hand them back to the broker under the feet of whoever holds them.
+//
+// It also writes the channel's acknowledgements. On a subscription's
+// channel an Ack is taken at once and written by a flush running beside
+// the caller (one at a time per channel), so that acks taken
+// while one is being written go out together: as one basic.ack with
+// multiple=true when they are every delivery up to the last of them that is
+// still held, each on its own otherwise. A multiple ack therefore only ever
+// covers deliveries whose holders acknowledged them, never one still being
+// handled or rejected, and the broker parses, and a quorum queue commits,
+// one settlement for the lot instead of one per message.
 type heldChannel struct {
 	t  *Transport
 	ch *amqp.Channel
+	// coalesce: acks go through the flush. Off on the get channel, where a
+	// basic.get on a queue that does not exist closes the channel with an
+	// exception, which would take back acks not written yet.
+	coalesce bool
 
-	mu        sync.Mutex
-	unsettled int
+	mu sync.Mutex
+	// held are the deliveries received on the channel and not yet written
+	// off, in delivery order, which is tag order: a delivery leaves from the
+	// front once it and every one before it is settled on the wire.
+	held      []heldTag
+	unsettled int  // deliveries not settled on the wire
+	acked     int  // held deliveries acked and not yet written
+	flushing  bool // a flush is writing the acks
 	retired   bool // no more deliveries will arrive; close when settled
 	closed    bool
 }
 
+// heldTag is one delivery of a heldChannel and how far it is settled.
+type heldTag struct {
+	tag   uint64
+	state tagState
+}
+
+type tagState uint8
+
+const (
+	tagHeld    tagState = iota // with its holder
+	tagAcked                   // acked, waiting for the flush to write it
+	tagWritten                 // its ack or nack is on the wire
+)
+
 // received counts a delivery handed out on this channel.
-func (h *heldChannel) received() {
+func (h *heldChannel) received(tag uint64) {
 	h.mu.Lock()
+	h.held = append(h.held, heldTag{tag: tag})
 	h.unsettled++
 	h.mu.Unlock()
 }
 
-// settled counts one delivery settled, closing a retired channel that has
-// none left.
-func (h *heldChannel) settled() {
+// mark sets the state of tag, which is held (a settler settles once); the
+// caller holds mu.
+func (h *heldChannel) mark(tag uint64, state tagState) {
+	if i, ok := slices.BinarySearchFunc(h.held, tag, func(x heldTag, t uint64) int { return cmp.Compare(x.tag, t) }); ok {
+		h.held[i].state = state
+	}
+}
+
+// ack acknowledges tag: on a coalescing channel it takes it for the flush,
+// starting one if none is running; on another it writes it at once.
+func (h *heldChannel) ack(tag uint64) error {
+	if !h.coalesce {
+		return h.writeNow(tag, func() error { return h.ch.Ack(tag, false) })
+	}
 	h.mu.Lock()
-	h.unsettled--
+	h.mark(tag, tagAcked)
+	h.acked++
+	start := !h.flushing
+	h.flushing = true
+	h.mu.Unlock()
+	if start && !h.t.goAcking(h.flush) {
+		// Close is draining the acks: this one is written now, by its caller.
+		h.flush()
+	}
+	return nil
+}
+
+// nack writes a nack of tag at once; it is never combined with acks.
+func (h *heldChannel) nack(tag uint64, requeue bool) error {
+	return h.writeNow(tag, func() error { return h.ch.Nack(tag, false, requeue) })
+}
+
+// writeNow writes the settlement of tag with write and counts it.
+func (h *heldChannel) writeNow(tag uint64, write func() error) error {
+	if err := write(); err != nil {
+		return err
+	}
+	h.t.lastSettle.Store(time.Now().UnixNano())
+	h.mu.Lock()
+	h.mark(tag, tagWritten)
+	h.written(1)
+	return nil
+}
+
+// flush writes the acks taken until none is waiting. A write that fails
+// means the channel is going away: the broker redelivers what it held, so
+// the flush goes on counting them settled, for the channel to be let go.
+func (h *heldChannel) flush() {
+	h.mu.Lock()
+	for h.acked > 0 {
+		upTo, singles, n := h.takeAcks()
+		h.mu.Unlock()
+		var err error
+		if upTo != 0 {
+			err = h.ch.Ack(upTo, true)
+		}
+		for _, tag := range singles {
+			if err == nil {
+				err = h.ch.Ack(tag, false)
+			}
+		}
+		if err != nil {
+			h.t.log.Debug("rabbitmq ack not written; the broker redelivers", slog.Any("error", err))
+		}
+		h.t.lastSettle.Store(time.Now().UnixNano())
+		h.mu.Lock()
+		h.unsettled -= n
+	}
+	h.flushing = false
+	h.written(0)
+}
+
+// takeAcks marks written, and takes off held, what the next write
+// acknowledges: upTo, the last acked delivery of the longest run at the
+// front of held that is all acked or written (0: none), to be acked with
+// multiple=true, and singles, acked deliveries after that run, one ack
+// each; n is how many deliveries that settles. The caller holds mu.
+func (h *heldChannel) takeAcks() (upTo uint64, singles []uint64, n int) {
+	i := 0
+	for ; i < len(h.held) && h.held[i].state != tagHeld; i++ {
+		if h.held[i].state == tagAcked {
+			upTo = h.held[i].tag
+			n++
+		}
+	}
+	h.held = h.held[:copy(h.held, h.held[i:])]
+	if n < h.acked {
+		for j := range h.held {
+			if h.held[j].state == tagAcked {
+				h.held[j].state = tagWritten
+				singles = append(singles, h.held[j].tag)
+			}
+		}
+		n += len(singles)
+	}
+	h.acked -= n
+	return upTo, singles, n
+}
+
+// written counts n deliveries settled on the wire, lets go of those at the
+// front of held, and closes a retired channel that has none left. The
+// caller holds mu, which written releases.
+func (h *heldChannel) written(n int) {
+	h.unsettled -= n
+	i := 0
+	for i < len(h.held) && h.held[i].state == tagWritten {
+		i++
+	}
+	if i > 0 {
+		h.held = h.held[:copy(h.held, h.held[i:])]
+	}
 	closeNow := h.retired && h.unsettled == 0 && !h.closed
 	h.closed = h.closed || closeNow
 	h.mu.Unlock()
@@ -90,18 +233,22 @@ type settler struct {
 	settled bool
 }
 
-// Ack acknowledges the delivery (multiple=false). It returns
-// transport.ErrAlreadySettled after an earlier settlement,
+// Ack acknowledges the delivery, and no other. On a subscription's channel
+// the acknowledgement is written just after Ack returns, together with any
+// others taken meanwhile (see heldChannel); if the channel is lost before it
+// is written, the broker redelivers the message, as it does for an ack lost
+// on its way. A delivery from Get is acknowledged before Ack returns.
+// It returns transport.ErrAlreadySettled after an earlier settlement,
 // transport.ErrStaleDelivery when the channel it arrived on is gone (the
 // broker redelivers it) and transport.ErrClosed after Close.
 func (s *settler) Ack() error {
-	return s.settle("ack", func() error { return s.h.ch.Ack(s.tag, false) })
+	return s.settle("ack", func() error { return s.h.ack(s.tag) })
 }
 
-// Nack rejects the delivery (multiple=false), requeued or dead-lettered; it
-// fails as Ack does.
+// Nack rejects the delivery (multiple=false), requeued or dead-lettered,
+// written before Nack returns; it fails as Ack does.
 func (s *settler) Nack(requeue bool) error {
-	return s.settle("nack", func() error { return s.h.ch.Nack(s.tag, false, requeue) })
+	return s.settle("nack", func() error { return s.h.nack(s.tag, requeue) })
 }
 
 func (s *settler) settle(op string, send func() error) error {
@@ -127,7 +274,5 @@ func (s *settler) settle(op string, send func() error) error {
 		return fmt.Errorf("%w: %s delivery %d: %v", transport.ErrStaleDelivery, op, s.tag, err)
 	}
 	s.settled = true
-	s.h.t.lastSettle.Store(time.Now().UnixNano())
-	s.h.settled()
 	return nil
 }

@@ -40,9 +40,15 @@ type Transport struct {
 	gen     uint64
 	subs    map[*subscription]struct{}
 
-	// lastSettle is when a delivery was last acked or nacked (unix nanos),
-	// so that Close can give the broker SettleGrace to apply it.
+	// lastSettle is when a delivery was last acked or nacked on the wire
+	// (unix nanos), so that Close can give the broker SettleGrace to apply
+	// it.
 	lastSettle atomic.Int64
+	// acks counts the flushes writing acknowledgements (heldChannel), which
+	// Close waits for; once draining is set (under mu) no flush starts, and
+	// an ack is written by its caller instead.
+	acks     sync.WaitGroup
+	draining bool
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -125,6 +131,41 @@ func (t *Transport) setSession(s *session) bool {
 
 // isClosed reports whether Close has been called.
 func (t *Transport) isClosed() bool { return t.closed.Load() }
+
+// goAcking runs flush as a goroutine Close waits for before it closes
+// anything, or refuses (false) once Close began waiting for them.
+func (t *Transport) goAcking(flush func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.draining {
+		return false
+	}
+	t.acks.Add(1)
+	go func() {
+		defer t.acks.Done()
+		flush()
+	}()
+	return true
+}
+
+// drainAcks waits, bounded by ctx, for the acknowledgements taken so far to
+// be written.
+func (t *Transport) drainAcks(ctx context.Context) {
+	t.mu.Lock()
+	t.draining = true
+	t.mu.Unlock()
+	done := make(chan struct{})
+	if !t.goOwned(func() {
+		t.acks.Wait()
+		close(done)
+	}) {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
 
 // goOwned runs f as a goroutine the transport owns, which Close waits for.
 // Once the transport is closed it refuses (false) without running f, so that

@@ -19,8 +19,11 @@
 //     keeps feeding the same Deliveries channel. Deliveries received before
 //     a reconnect can no longer be settled ([ErrStaleDelivery]); the broker
 //     redelivers them.
-//   - Every delivery is settled at most once, individually (never
-//     multiple=true), and settling is safe from concurrent goroutines.
+//   - Every delivery is settled at most once, and settling one settles no
+//     other: a transport may carry several acknowledgements in one frame
+//     (RabbitMQ's basic.ack with multiple=true) only when every delivery
+//     it covers was acknowledged by its holder. Settling is safe from
+//     concurrent goroutines.
 //
 // Header values must be valid AMQP field values: nil, bool, the sized
 // integer types, int, float32, float64, string, []byte, time.Time, Table and

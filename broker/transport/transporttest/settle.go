@@ -2,9 +2,12 @@ package transporttest
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker/transport"
@@ -64,6 +67,59 @@ var settleTests = map[string]func(*testing.T, suite){
 		// first, in the order they were delivered.
 		requeueOrder(t, s, transport.Queue{Name: "requeue-quorum", Durable: true, Args: transport.Table{"x-queue-type": "quorum"}},
 			[]string{"m0 redelivered", "m3 redelivered", "m5", "m4 redelivered", "m2 redelivered", "m6"})
+	},
+	"SettlingInAnyOrderSettlesEachDeliveryAlone": func(t *testing.T, s suite) {
+		// Deliveries acked from several goroutines in any order while
+		// others are still held, then the held ones rejected with requeue:
+		// an ack that took a held delivery with it (a multiple ack over one
+		// not acked) would lose it, or make its reject fail.
+		const n, hold = 120, 10
+		tr := s.connect(t)
+		q := queue(t, tr, "any-order", nil)
+		for i := range n {
+			publish(t, tr, "", q, fmt.Sprintf("m%03d", i))
+		}
+		sub := consume(t, tr, q, n)
+		held := make([]*transport.Delivery, 0, n)
+		for range n {
+			held = append(held, receive(t, sub, arrival))
+		}
+		var rejected []string
+		var acks [4][]*transport.Delivery
+		for i, d := range held {
+			if i%(n/hold) == 3 {
+				rejected = append(rejected, d.MessageID)
+				continue
+			}
+			acks[i%len(acks)] = append(acks[i%len(acks)], d)
+		}
+		var wg sync.WaitGroup
+		for g := range acks {
+			wg.Go(func() {
+				// Each goroutine acks its share backwards, so that acks
+				// arrive out of tag order.
+				for _, d := range slices.Backward(acks[g]) {
+					assert.NoError(t, d.Ack())
+				}
+			})
+		}
+		wg.Wait()
+		for _, d := range held {
+			if slices.Contains(rejected, d.MessageID) {
+				require.NoError(t, d.Nack(true))
+			}
+		}
+		var again []string
+		for range hold {
+			d := receive(t, sub, arrival)
+			require.True(t, d.Redelivered, "%s", d.MessageID)
+			again = append(again, d.MessageID)
+			require.NoError(t, d.Ack())
+		}
+		require.ElementsMatch(t, rejected, again)
+		// Nothing acked comes back: the next delivery is a new message.
+		publish(t, tr, "", q, "last")
+		require.Equal(t, "last", receive(t, sub, arrival).MessageID)
 	},
 	"SettlingTwiceIsRefused": func(t *testing.T, s suite) {
 		tr := s.connect(t)

@@ -35,9 +35,9 @@ type heldChannel struct {
 	coalesce bool
 
 	mu sync.Mutex
-	// held are the deliveries received on the channel and not yet written
-	// off, in delivery order, which is tag order: a delivery leaves from the
-	// front once it and every one before it is settled on the wire.
+	// held are the deliveries received on the channel whose settlement is
+	// not on the wire yet, in delivery order, which is tag order: at most
+	// the prefetch, however long one of them is held.
 	held      []heldTag
 	unsettled int  // deliveries not settled on the wire
 	acked     int  // held deliveries acked and not yet written
@@ -55,9 +55,8 @@ type heldTag struct {
 type tagState uint8
 
 const (
-	tagHeld    tagState = iota // with its holder
-	tagAcked                   // acked, waiting for the flush to write it
-	tagWritten                 // its ack or nack is on the wire
+	tagHeld  tagState = iota // with its holder
+	tagAcked                 // acked, waiting for the flush to write it
 )
 
 // received counts a delivery handed out on this channel.
@@ -68,12 +67,10 @@ func (h *heldChannel) received(tag uint64) {
 	h.mu.Unlock()
 }
 
-// mark sets the state of tag, which is held (a settler settles once); the
-// caller holds mu.
-func (h *heldChannel) mark(tag uint64, state tagState) {
-	if i, ok := slices.BinarySearchFunc(h.held, tag, func(x heldTag, t uint64) int { return cmp.Compare(x.tag, t) }); ok {
-		h.held[i].state = state
-	}
+// find is where tag is in held, and whether it is there (it is, until
+// its settlement is written: a settler settles once); the caller holds mu.
+func (h *heldChannel) find(tag uint64) (int, bool) {
+	return slices.BinarySearchFunc(h.held, tag, func(x heldTag, t uint64) int { return cmp.Compare(x.tag, t) })
 }
 
 // ack acknowledges tag: on a coalescing channel it takes it for the flush,
@@ -83,8 +80,10 @@ func (h *heldChannel) ack(tag uint64) error {
 		return h.writeNow(tag, func() error { return h.ch.Ack(tag, false) })
 	}
 	h.mu.Lock()
-	h.mark(tag, tagAcked)
-	h.acked++
+	if i, ok := h.find(tag); ok {
+		h.held[i].state = tagAcked
+		h.acked++
+	}
 	start := !h.flushing
 	h.flushing = true
 	h.mu.Unlock()
@@ -107,7 +106,9 @@ func (h *heldChannel) writeNow(tag uint64, write func() error) error {
 	}
 	h.t.lastSettle.Store(time.Now().UnixNano())
 	h.mu.Lock()
-	h.mark(tag, tagWritten)
+	if i, ok := h.find(tag); ok {
+		h.held = slices.Delete(h.held, i, i+1)
+	}
 	h.written(1)
 	return nil
 }
@@ -140,45 +141,40 @@ func (h *heldChannel) flush() {
 	h.written(0)
 }
 
-// takeAcks marks written, and takes off held, what the next write
-// acknowledges: upTo, the last acked delivery of the longest run at the
-// front of held that is all acked or written (0: none), to be acked with
-// multiple=true, and singles, acked deliveries after that run, one ack
-// each; n is how many deliveries that settles. The caller holds mu.
+// takeAcks takes off held what the next write acknowledges: upTo, the
+// last of the acked deliveries at the front of held (0: none), to be acked
+// with multiple=true, which also covers the deliveries before it already
+// settled on the wire (harmless: the broker no longer holds them for the
+// channel), and singles, the acked deliveries behind a delivery still
+// held, one ack each; n is how many deliveries that settles. The caller
+// holds mu.
 func (h *heldChannel) takeAcks() (upTo uint64, singles []uint64, n int) {
-	i := 0
-	for ; i < len(h.held) && h.held[i].state != tagHeld; i++ {
-		if h.held[i].state == tagAcked {
-			upTo = h.held[i].tag
-			n++
-		}
+	for n < len(h.held) && h.held[n].state == tagAcked {
+		upTo = h.held[n].tag
+		n++
 	}
-	h.held = h.held[:copy(h.held, h.held[i:])]
-	if n < h.acked {
-		for j := range h.held {
-			if h.held[j].state == tagAcked {
-				h.held[j].state = tagWritten
-				singles = append(singles, h.held[j].tag)
+	if n == h.acked {
+		h.held = h.held[:copy(h.held, h.held[n:])]
+	} else {
+		kept := h.held[:0]
+		for _, x := range h.held[n:] {
+			if x.state == tagAcked {
+				singles = append(singles, x.tag)
+			} else {
+				kept = append(kept, x)
 			}
 		}
+		h.held = kept
 		n += len(singles)
 	}
 	h.acked -= n
 	return upTo, singles, n
 }
 
-// written counts n deliveries settled on the wire, lets go of those at the
-// front of held, and closes a retired channel that has none left. The
-// caller holds mu, which written releases.
+// written counts n deliveries settled on the wire and closes a retired
+// channel that has none left. The caller holds mu, which written releases.
 func (h *heldChannel) written(n int) {
 	h.unsettled -= n
-	i := 0
-	for i < len(h.held) && h.held[i].state == tagWritten {
-		i++
-	}
-	if i > 0 {
-		h.held = h.held[:copy(h.held, h.held[i:])]
-	}
 	closeNow := h.retired && h.unsettled == 0 && !h.closed
 	h.closed = h.closed || closeNow
 	h.mu.Unlock()

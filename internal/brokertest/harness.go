@@ -6,6 +6,7 @@ package brokertest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,9 @@ type Harness struct {
 	Admin *broker.Conn
 	// Rabbit is true on RabbitMQ.
 	Rabbit bool
+
+	mu                sync.Mutex
+	queues, exchanges []string // deleted when the test ends
 }
 
 // Each runs f against the loopback and against RabbitMQ, in parallel.
@@ -49,18 +53,33 @@ func OnRabbit(t *testing.T, f func(t *testing.T, h *Harness)) {
 	f(t, New(t, testenv.RabbitURL(t), true))
 }
 
-// New is a harness on the broker at url; its ladder is deleted when the
-// test ends.
+// New is a harness on the broker at url; its ladder, and what DeleteLater
+// and DeleteExchangeLater were given, are deleted when the test ends,
+// after every other connection the harness opened is closed (Cleanup runs
+// last in, first out): a connection still open could be reconnecting, and
+// declare again what was just deleted.
 func New(t testing.TB, url string, rabbit bool) *Harness {
 	h := &Harness{T: t, URL: url, Ladder: testenv.Name(t, "ladder"), Rabbit: rabbit}
 	h.Admin = h.Open(broker.Config{})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		h.mu.Lock()
+		queues, exchanges := h.queues, append(h.exchanges, h.Ladder)
+		h.mu.Unlock()
 		for _, q := range broker.LadderTopology(h.Ladder).Queues {
-			_, _ = h.Admin.Transport().DeleteQueue(ctx, q.Name)
+			queues = append(queues, q.Name)
 		}
-		_ = h.Admin.Transport().DeleteExchange(ctx, h.Ladder)
+		for _, n := range queues {
+			if _, err := h.Admin.Transport().DeleteQueue(ctx, n); err != nil {
+				t.Logf("delete queue %q: %v", n, err)
+			}
+		}
+		for _, n := range exchanges {
+			if err := h.Admin.Transport().DeleteExchange(ctx, n); err != nil {
+				t.Logf("delete exchange %q: %v", n, err)
+			}
+		}
 	})
 	return h
 }
@@ -95,26 +114,19 @@ func (h *Harness) Queue(prefix string) string {
 	return q
 }
 
-// DeleteLater deletes the named queues when the test ends.
+// DeleteLater deletes the named queues when the test ends (see New).
 func (h *Harness) DeleteLater(queues ...string) {
-	h.T.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, n := range queues {
-			_, _ = h.Admin.Transport().DeleteQueue(ctx, n)
-		}
-	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.queues = append(h.queues, queues...)
 }
 
-// DeleteExchangeLater deletes the named exchanges when the test ends.
+// DeleteExchangeLater deletes the named exchanges when the test ends (see
+// New).
 func (h *Harness) DeleteExchangeLater(exchanges ...string) {
-	h.T.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, n := range exchanges {
-			_ = h.Admin.Transport().DeleteExchange(ctx, n)
-		}
-	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.exchanges = append(h.exchanges, exchanges...)
 }
 
 // Exchange returns a unique direct exchange, declared durable, and deletes

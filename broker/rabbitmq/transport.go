@@ -135,17 +135,7 @@ func (t *Transport) isClosed() bool { return t.closed.Load() }
 // goAcking runs flush as a goroutine Close waits for before it closes
 // anything, or refuses (false) once Close began waiting for them.
 func (t *Transport) goAcking(flush func()) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.draining {
-		return false
-	}
-	t.acks.Add(1)
-	go func() {
-		defer t.acks.Done()
-		flush()
-	}()
-	return true
+	return t.spawn(&t.acks, func() bool { return t.draining }, flush)
 }
 
 // drainAcks waits, bounded by ctx, for the acknowledgements taken so far to
@@ -170,15 +160,19 @@ func (t *Transport) drainAcks(ctx context.Context) {
 // goOwned runs f as a goroutine the transport owns, which Close waits for.
 // Once the transport is closed it refuses (false) without running f, so that
 // no Add races Close's Wait.
-func (t *Transport) goOwned(f func()) bool {
+func (t *Transport) goOwned(f func()) bool { return t.spawn(&t.wg, t.closed.Load, f) }
+
+// spawn runs f as a goroutine counted in wg, unless refused says no (asked
+// under mu, which whoever waits for wg takes to set what refused reads).
+func (t *Transport) spawn(wg *sync.WaitGroup, refused func() bool, f func()) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed.Load() {
+	if refused() {
 		return false
 	}
-	t.wg.Add(1)
+	wg.Add(1)
 	go func() {
-		defer t.wg.Done()
+		defer wg.Done()
 		f()
 	}()
 	return true

@@ -133,13 +133,12 @@ func (c *compRunner) written(ctx context.Context, m *broker.Message, ack broker.
 		return ack
 	}
 	a := v.(*compAttempt)
-	var events []journal.Event
-	if a.expect != "" {
+	return c.e.written(ctx, m, &a.recording, c.f.name, c.spec.Name, ack, func() []journal.Event {
 		if e, ok := c.event(ctx, m, a, a.settlement(c.queue, m)); ok {
-			events = append(events, e)
+			return []journal.Event{e}
 		}
-	}
-	return c.e.written(ctx, m, &a.recording, c.f.name, c.spec.Name, ack, events...)
+		return nil
+	})
 }
 
 func (c *compRunner) decide(ctx context.Context, m *broker.Message, a *compAttempt) broker.Ack {

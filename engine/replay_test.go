@@ -92,14 +92,16 @@ func TestReplayWaitsForAMessageOnItsWay(t *testing.T) {
 		fx.waitStatus(run, journal.Failed, 10*time.Second)
 		// Take the message out of the dead-letter queue and put it back
 		// 300 ms after the replay began looking for it.
-		dlq := fx.name + ".ship.dlq"
+		dlq := fx.name + ".ship" + broker.DeadLetterSuffix
 		d := h.Get(dlq, 10*time.Second)
 		courier.down.Store(false)
+		published := make(chan error, 1)
 		back := time.AfterFunc(300*time.Millisecond, func() {
-			_ = h.Admin.Transport().Publish(context.WithoutCancel(ctx), transport.Publishing{RoutingKey: dlq, Message: d.Message})
+			published <- h.Admin.Transport().Publish(context.WithoutCancel(ctx), transport.Publishing{RoutingKey: dlq, Message: d.Message})
 		})
 		defer back.Stop()
 		moved, err := fx.eng.Replay(ctx, run)
+		require.NoError(t, <-published, "the message put back in the dead-letter queue")
 		require.NoError(t, err)
 		require.Equal(t, 1, moved.Messages)
 		fx.waitStatus(run, journal.Completed, 10*time.Second)

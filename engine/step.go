@@ -115,30 +115,31 @@ func (r *stepRunner) written(ctx context.Context, m *broker.Message, ack broker.
 		return ack
 	}
 	a := v.(*attempt)
-	var events []journal.Event
-	if a.expect != "" {
-		events = r.events(ctx, m, a, a.settlement(r.queue, m))
-	}
-	return r.e.written(ctx, m, &a.recording, r.f.name, r.spec.Name, ack, events...)
+	return r.e.written(ctx, m, &a.recording, r.f.name, r.spec.Name, ack, func() []journal.Event {
+		return r.events(ctx, m, a, a.settlement(r.queue, m))
+	})
 }
 
-// written records what a delivery came to (events) before the broker
-// hears of it, so that a worker killed, or a connection lost, between the
-// two leaves a redelivery and a complete journal, never a run whose step
-// is done and unrecorded. Only then is the key confirmed, so that a
+// written records what a delivery came to (events, built when the
+// recording expects an outcome) before the broker hears of it, so that a
+// worker killed, or a connection lost, between the two leaves a
+// redelivery and a complete journal, never a run whose step is done and
+// unrecorded. Only then is the key confirmed, so that a
 // redelivery of a step whose events were not yet written writes them. It
 // runs as the consumers' broker.BeforeSettle, off the handler's slot: the
 // handlers go on with the next deliveries while the journal commits.
-func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, flow, step string, ack broker.Ack, events ...journal.Event) broker.Ack {
-	if len(events) > 0 {
-		if err := e.writer.RecordSync(ctx, events...); err != nil {
-			e.log.Warn("journal events not written before their delivery's settlement; they are still queued",
-				slog.String("flow", flow), slog.String("run_id", m.RunID), slog.String("step", step), slog.Any("error", err))
-			if p.confirm != "" {
-				// The outcome is kept under its key: put the message back,
-				// and its redelivery records the events (again).
-				p.expect = ""
-				return broker.InProgress(e.cfg.InProgressDelay)
+func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, flow, step string, ack broker.Ack, events func() []journal.Event) broker.Ack {
+	if p.expect != "" {
+		if events := events(); len(events) > 0 {
+			if err := e.writer.RecordSync(ctx, events...); err != nil {
+				e.log.Warn("journal events not written before their delivery's settlement; they are still queued",
+					slog.String("flow", flow), slog.String("run_id", m.RunID), slog.String("step", step), slog.Any("error", err))
+				if p.confirm != "" {
+					// The outcome is kept under its key: put the message back,
+					// and its redelivery records the events (again).
+					p.expect = ""
+					return broker.InProgress(e.cfg.InProgressDelay)
+				}
 			}
 		}
 	}

@@ -6,6 +6,7 @@ package brokertest
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func New(t testing.TB, url string, rabbit bool) *Harness {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		h.mu.Lock()
-		queues, exchanges := h.queues, append(h.exchanges, h.Ladder)
+		queues, exchanges := slices.Clone(h.queues), append(slices.Clone(h.exchanges), h.Ladder)
 		h.mu.Unlock()
 		for _, q := range broker.LadderTopology(h.Ladder).Queues {
 			queues = append(queues, q.Name)

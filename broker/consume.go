@@ -225,11 +225,13 @@ func (k *Consumer) process(d *transport.Delivery) {
 func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, start time.Time, inline bool) {
 	s := Settlement{Queue: k.queue, Message: m, MessageID: d.MessageID, Started: start}
 	if err != nil {
+		s.RunID, _ = stringHeader(d.Headers, HeaderRunID)
 		s.Err, s.Reason = err, err.Error()
 		s.Outcome = k.park(d, s.Reason)
 		k.settled(k.handlerCtx, &s, s.Outcome)
 		return
 	}
+	s.RunID = m.RunID
 	if reason := k.cfg.retry.spent(m.Attempt, m.FirstSeen, start); reason != "" {
 		s.Err, s.Reason = errors.New(reason), reason
 		s.Outcome = k.giveUp(d, reason)

@@ -147,6 +147,10 @@ type Settlement struct {
 	Message *Message
 	// MessageID is the delivery's message id, also when Message is nil.
 	MessageID string
+	// RunID is the delivery's x-acemq-run-id, also when Message is nil
+	// (read on its own then: "" when it is absent or itself unreadable),
+	// so that a run whose message was parked can still be told.
+	RunID string
 	// Outcome is what the consumer did: OutcomeLabelAccepted,
 	// OutcomeLabelRetried, OutcomeLabelDeadLettered, OutcomeLabelParked,
 	// OutcomeLabelInProgress (put back), OutcomeLabelUnsettled (the move or

@@ -392,9 +392,18 @@ func Itinerary[In any](fn func(context.Context, In) ([]string, error)) Part {
 }
 
 // jsonCodec is the default codec, encoding/json as application/json (the
-// same bytes and content type as broker.JSON).
+// same bytes and content type as broker.JSON). Check lets a consumer tell a
+// body that is not JSON at all before any step sees it (broker.Checker), so
+// that it is parked at once rather than retried: no retry makes it JSON.
 type jsonCodec struct{}
 
 func (jsonCodec) ContentType() string          { return "application/json" }
 func (jsonCodec) Encode(v any) ([]byte, error) { return json.Marshal(v) }
 func (jsonCodec) Decode(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func (jsonCodec) Check(b []byte) error {
+	if !json.Valid(b) {
+		return fmt.Errorf("body is not valid JSON (%d bytes)", len(b))
+	}
+	return nil
+}

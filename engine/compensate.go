@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,45 +29,91 @@ const (
 	compResent     = "resent"      // done before; its kept next message was sent again
 )
 
+// compensationStart is what giving a run up did to its compensation.
+type compensationStart uint8
+
+// What giving a run up did to its compensation.
+const (
+	// compensationNone: nothing was started (nothing to compensate).
+	compensationNone compensationStart = iota
+	// compensationStarted: the first compensation was sent.
+	compensationStarted
+	// compensationHeld: it waits on the ladder until the hold ends.
+	compensationHeld
+	// compensationUnresolved: nothing can be compensated, since every
+	// step to undo lacks what its compensation needs: the run is
+	// unresolved at once.
+	compensationUnresolved
+)
+
 // startCompensation sends the first compensation of a run whose step
 // failed for good: now, or on the ladder after hold (the flow's
-// HoldForReplay). It says which ("started" or "held") and until when a
-// held one waits.
-func (e *Engine) startCompensation(ctx context.Context, f *flow, m *broker.Message, st runState, failed, reason string, hold time.Duration) (string, time.Time, error) {
-	cs := compState{Failed: failed, Error: journal.Truncate(reason), Replays: replays(m.Headers), Held: hold > 0}
-	last := st.Compensate[len(st.Compensate)-1]
-	cs.Remaining = st.Compensate[:len(st.Compensate)-1]
-	out, err := f.compensationMessage(ctx, e.conn, m, last, cs)
-	if err != nil {
-		return "", time.Time{}, err
+// HoldForReplay). st lists what to compensate, unresolved the steps already
+// known to be beyond it. It says which it did, and until when a held one
+// waits.
+func (e *Engine) startCompensation(ctx context.Context, f *flow, m *broker.Message, st runState, unresolved []string, failed, reason string, hold time.Duration) (compensationStart, time.Time, error) {
+	cs := compState{Failed: failed, Error: journal.Truncate(reason), Replays: replays(m.Headers), Held: hold > 0,
+		Unresolved: slices.Clone(unresolved)}
+	out, cs, ok, err := e.nextCompensation(ctx, f, m, st.Compensate, cs)
+	switch {
+	case err != nil:
+		return compensationNone, time.Time{}, err
+	case !ok:
+		return compensationUnresolved, time.Time{}, nil
 	}
 	if hold > 0 {
 		until := time.Now().Add(hold)
 		if err := e.conn.Schedule(ctx, until, out); err != nil {
-			return "", time.Time{}, fmt.Errorf("hold run %s for replay: %w", m.RunID, err)
+			return compensationNone, time.Time{}, fmt.Errorf("hold run %s for replay: %w", m.RunID, err)
 		}
-		return "held", until, nil
+		return compensationHeld, until, nil
 	}
 	if err := e.conn.Send(ctx, out); err != nil {
-		return "", time.Time{}, fmt.Errorf("start compensating run %s: %w", m.RunID, err)
+		return compensationNone, time.Time{}, fmt.Errorf("start compensating run %s: %w", m.RunID, err)
 	}
-	return "started", time.Time{}, nil
+	return compensationStarted, time.Time{}, nil
 }
 
-// compensationMessage is the message that has entry's step undone: its
-// payload is what the step returned, its state says what follows. Its
+// nextCompensation is the message for the newest of entries that can be
+// compensated, with cs as its state (Remaining: the entries before it).
+// An entry whose payload is no longer kept anywhere cannot be compensated:
+// it is added to cs.Unresolved, logged, and the one before it is tried. ok
+// is false when none is left.
+func (e *Engine) nextCompensation(ctx context.Context, f *flow, m *broker.Message, entries []compEntry, cs compState) (broker.Outgoing, compState, bool, error) {
+	for len(entries) > 0 {
+		entry := entries[len(entries)-1]
+		entries = entries[:len(entries)-1]
+		body, err := e.entryBody(ctx, m.RunID, entry)
+		if errors.Is(err, journal.ErrDataNotFound) {
+			e.log.Error("a step cannot be compensated: what it returned is no longer kept; the run will be unresolved",
+				slog.String("flow", f.name), slog.String("run_id", m.RunID), slog.String("step", entry.Step), slog.Any("error", err))
+			cs.Unresolved = append(cs.Unresolved, entry.Step)
+			continue
+		}
+		if err != nil {
+			return broker.Outgoing{}, cs, false, err
+		}
+		cs.Remaining = entries
+		out, err := f.compensationMessage(ctx, e.conn, m, entry.Step, body, cs)
+		return out, cs, err == nil, err
+	}
+	return broker.Outgoing{}, cs, false, nil
+}
+
+// compensationMessage is the message that has step undone: its payload,
+// body, is what the step returned, its state says what follows. Its
 // message id is the run's, the replay's and the compensation's, so that a
 // compensation started twice (a redelivered failure, a compensate-now
 // racing a held timer) is one message to the idempotency store.
-func (f *flow) compensationMessage(ctx context.Context, conn *broker.Conn, m *broker.Message, entry compEntry, cs compState) (broker.Outgoing, error) {
+func (f *flow) compensationMessage(ctx context.Context, conn *broker.Conn, m *broker.Message, step string, body []byte, cs compState) (broker.Outgoing, error) {
 	h, err := jsonHeader(cs)
 	if err != nil {
 		return broker.Outgoing{}, err
 	}
 	headers := carried(m)
 	headers[HeaderCompensation] = h
-	return conn.Prepare(ctx, entry.body(),
-		broker.ToExchange(f.name), broker.To(compensateKey+"."+entry.Step), broker.Mandatory(),
+	return conn.Prepare(ctx, body,
+		broker.ToExchange(f.name), broker.To(compensateKey+"."+step), broker.Mandatory(),
 		broker.CausedBy(m), broker.RunID(m.RunID), broker.FirstSeen(m.FirstSeen),
 		broker.MessageID(fmt.Sprintf("%s/compensate/%d/%d", m.RunID, cs.Replays, cs.K)),
 		broker.Headers(headers), broker.WithCodec(encoded{f.codec.ContentType()}))
@@ -97,6 +144,9 @@ type compRunner struct {
 	policy   broker.RetryPolicy
 	queue    string
 	attempts sync.Map // *broker.Message -> *compAttempt
+	// tidy takes a run's message out of a dead-letter queue once its held
+	// compensation starts (the worker's tidier).
+	tidy func(queue, runID string)
 }
 
 type compAttempt struct {
@@ -106,9 +156,9 @@ type compAttempt struct {
 	last   bool
 }
 
-func newCompRunner(e *Engine, f *flow, i int) *compRunner {
+func newCompRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *compRunner {
 	s := f.steps[i]
-	return &compRunner{e: e, f: f, spec: s, policy: f.compRet[i], queue: f.compensationQueue(s.Name)}
+	return &compRunner{e: e, f: f, spec: s, policy: f.compRet[i], queue: f.compensationQueue(s.Name), tidy: tidy}
 }
 
 // handle undoes one step, then sends the run on to the compensation of the
@@ -146,7 +196,11 @@ func (c *compRunner) decide(ctx context.Context, m *broker.Message, a *compAttem
 	if !found || err != nil || !journal.Text(m.RunID) || m.RunID == "" {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensation of %q: no readable %s and run id (%v)", c.f.name, c.spec.Name, HeaderCompensation, err)))
 	}
+	a.result = compRetrying
 	a.last = len(a.cs.Remaining) == 0
+	if err := c.e.overDeliveryLimit(m); err != nil {
+		return c.failed(ctx, m, "", a, broker.Fatal(err))
+	}
 	if a.cs.Held && a.cs.K == 0 {
 		if stale, err := c.e.superseded(ctx, m.RunID, a.cs.Replays); err != nil {
 			return broker.Retry(err)
@@ -167,6 +221,11 @@ func (c *compRunner) decide(ctx context.Context, m *broker.Message, a *compAttem
 	default:
 		a.result = compBusy
 		return broker.InProgress(c.e.cfg.InProgressDelay)
+	}
+	if a.cs.Held && a.cs.K == 0 {
+		// The hold ended without a replay: the failed message kept for one
+		// no longer needs a person.
+		c.tidy(c.f.queue(a.cs.Failed)+broker.DeadLetterSuffix, m.RunID)
 	}
 	var (
 		k               kept
@@ -208,7 +267,7 @@ func (c *compRunner) decide(ctx context.Context, m *broker.Message, a *compAttem
 // after it, when there is one.
 func (c *compRunner) work(ctx context.Context, m *broker.Message, a *compAttempt) (k kept, compErr, giveUp error) {
 	c.e.metrics.active(ctx, c.f.name, compensateKey+"."+c.spec.Name, 1)
-	err := c.spec.Compensate(ctx, m.Decode)
+	err := c.spec.Compensate(ctx, decoder(m))
 	c.e.metrics.active(ctx, c.f.name, compensateKey+"."+c.spec.Name, -1)
 	if err != nil {
 		return kept{}, err, nil
@@ -216,9 +275,12 @@ func (c *compRunner) work(ctx context.Context, m *broker.Message, a *compAttempt
 	if a.last {
 		return keptOf(keptDone, hop{}, broker.Outgoing{}), nil, nil
 	}
-	out, err := c.next(ctx, m, a.cs)
-	if err != nil {
+	out, ok, err := c.next(ctx, m, a)
+	switch {
+	case err != nil:
 		return kept{}, nil, &patterns.HopError{Step: compensateKey + "." + c.spec.Name, Err: broker.Fatal(err)}
+	case !ok:
+		return keptOf(keptDone, hop{}, broker.Outgoing{}), nil, nil
 	}
 	return keptOf(keptHop, hop{}, out), nil, nil
 }
@@ -228,8 +290,11 @@ func (c *compRunner) work(ctx context.Context, m *broker.Message, a *compAttempt
 // did, once that is done.
 func (c *compRunner) carryOut(ctx context.Context, key string, a *compAttempt, k kept, result string) broker.Ack {
 	if k.kind == keptHop {
-		if ack, ok := c.e.send(ctx, compensateKey+"."+c.spec.Name, k); !ok {
-			return ack
+		if err := c.e.send(ctx, compensateKey+"."+c.spec.Name, k); err != nil {
+			if unsendable(err) {
+				return broker.Reject(broker.Fatal(err))
+			}
+			return broker.Retry(err)
 		}
 	}
 	a.result, a.confirm = result, key
@@ -238,23 +303,24 @@ func (c *compRunner) carryOut(ctx context.Context, key string, a *compAttempt, k
 
 // failed retries a compensation that failed, or gives it up: the step is
 // then unresolved, and the compensations before it still run, because
-// stopping would leave more undone.
+// stopping would leave more undone. key is "" when nothing was claimed.
 func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, a *compAttempt, err error) broker.Ack {
-	c.e.forget(ctx, key)
+	if key != "" {
+		c.e.forget(ctx, key)
+	}
 	var fatal *broker.FatalError
 	serr := &patterns.StepError{Step: compensateKey + "." + c.spec.Name, Err: err}
 	a.err = serr
-	if !errors.As(err, &fatal) && c.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) == "" {
+	if !errors.As(err, &fatal) && !undecodable(err) && c.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) == "" {
 		a.result = compRetrying
 		a.expect, a.reason, a.delay = expected(serr, false, c.policy, m)
 		return broker.Retry(serr)
 	}
 	a.result = compGivenUp
+	a.cs.Unresolved = append(a.cs.Unresolved, c.spec.Name)
 	if !a.last {
-		cs := a.cs
-		cs.Unresolved = append(cs.Unresolved, c.spec.Name)
-		out, nerr := c.next(ctx, m, cs)
-		if nerr == nil {
+		out, ok, nerr := c.next(ctx, m, a)
+		if nerr == nil && ok {
 			nerr = c.e.conn.Send(ctx, out)
 		}
 		if nerr != nil {
@@ -262,7 +328,7 @@ func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, 
 			// unchanged, and try again.
 			c.e.log.Warn("the next compensation could not be sent; this one will be tried again",
 				slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.Any("error", nerr))
-			a.result = compBusy
+			a.result, a.cs.Unresolved = compBusy, a.cs.Unresolved[:len(a.cs.Unresolved)-1]
 			return broker.InProgress(c.e.cfg.InProgressDelay)
 		}
 	}
@@ -272,13 +338,19 @@ func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, 
 	return broker.Reject(serr)
 }
 
-// next is the message for the compensation after the one cs belongs to.
-func (c *compRunner) next(ctx context.Context, m *broker.Message, cs compState) (broker.Outgoing, error) {
-	entry := cs.Remaining[len(cs.Remaining)-1]
-	cs.Remaining = cs.Remaining[:len(cs.Remaining)-1]
+// next is the message for the compensation after a's, carrying a's state on
+// with this one counted; ok is false when none of those left can be
+// compensated, which makes a's the run's last (a.cs.Unresolved then lists
+// them too).
+func (c *compRunner) next(ctx context.Context, m *broker.Message, a *compAttempt) (broker.Outgoing, bool, error) {
+	cs := a.cs
 	cs.K++
 	cs.Held = false
-	return c.f.compensationMessage(ctx, c.e.conn, m, entry, cs)
+	out, cs, ok, err := c.e.nextCompensation(ctx, c.f, m, cs.Remaining, cs)
+	if err == nil && !ok {
+		a.last, a.cs.Unresolved = true, cs.Unresolved
+	}
+	return out, ok, err
 }
 
 func (c *compRunner) duplicate(ctx context.Context, key string, a *compAttempt) broker.Ack {
@@ -295,6 +367,26 @@ func (c *compRunner) duplicate(ctx context.Context, key string, a *compAttempt) 
 		return broker.Reject(broker.Fatal(err))
 	}
 	return c.carryOut(ctx, key, a, k, compResent)
+}
+
+// entryBody is the payload entry's compensation gets: what it carries, or
+// what the journal keeps under its Ref (an error matching
+// journal.ErrDataNotFound when nothing is kept there any more).
+func (e *Engine) entryBody(ctx context.Context, runID string, entry compEntry) ([]byte, error) {
+	if entry.Ref == "" {
+		return entry.inline(), nil
+	}
+	if e.data == nil {
+		return nil, fmt.Errorf("%w: step %q's result is kept in a journal under %q, and this engine's journal (%T) keeps no data",
+			journal.ErrDataNotFound, entry.Step, entry.Ref, e.journal)
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	b, err := e.data.Data(ctx, runID, entry.Ref)
+	if err != nil {
+		return nil, fmt.Errorf("step %q's result for its compensation: %w", entry.Step, err)
+	}
+	return b, nil
 }
 
 // superseded reports whether a held compensation of a run is no longer
@@ -344,9 +436,14 @@ func (n *nowRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	if run, err := n.e.journal.Run(ctx, m.RunID); err == nil && run.Error != "" {
 		reason = run.Error
 	}
-	if _, _, err := n.e.startCompensation(ctx, n.f, &moved, st, failed, reason, 0); err != nil {
+	kind, _, err := n.e.startCompensation(ctx, n.f, &moved, st, nil, failed, reason, 0)
+	if err != nil {
 		n.attempts.Store(m, compBusy)
 		return broker.Retry(err)
+	}
+	if kind == compensationUnresolved {
+		n.attempts.Store(m, compGivenUp)
+		return broker.Accept()
 	}
 	n.attempts.Store(m, compStarted)
 	return broker.Accept()

@@ -251,10 +251,26 @@ type hop struct {
 	due time.Time
 }
 
+// knows refuses a route naming a step the flow does not have
+// (ErrUnknownStep): a route from another version of the flow, or a
+// foreign publisher's mistake, which no step of this flow can route.
+func (f *flow) knows(route []string) error {
+	for _, name := range route {
+		if _, ok := f.index[name]; !ok {
+			return fmt.Errorf("%w: the message's route %q names %q, which flow %q does not have", ErrUnknownStep, route, name, f.name)
+		}
+	}
+	return nil
+}
+
 // plan works out the hop after position pos of route for payload, at now.
 // A condition or a delay that cannot be evaluated is an error: it is the
-// same on every retry, so the caller gives the run up.
+// same on every retry, so the caller gives the run up; so is a route
+// naming a step the flow does not have (ErrUnknownStep).
 func (f *flow) plan(route []string, pos int, payload any, now time.Time) (hop, error) {
+	if err := f.knows(route); err != nil {
+		return hop{next: pos + 1}, err
+	}
 	h := hop{next: pos + 1}
 	for ; h.next < len(route); h.next++ {
 		s := f.steps[f.index[route[h.next]]]

@@ -36,11 +36,15 @@
 // completed steps that have a Compensate are compensated in reverse order,
 // as messages with their own retries: any worker can do it and a restart
 // does not forget it. What each compensation needs travels with the run's
-// messages (the acemq-flow-run header), so it works without a database. A
-// compensation that is given up leaves the run unresolved: logged at
-// error, counted, and listed. A flow with dsl.HoldForReplay keeps a failed
-// run waiting for a replay instead, and compensates it only if nobody
-// replayed it in time.
+// messages (the acemq-flow-run header), so it works without a database; a
+// result too large for a header is kept in the journal (journal.DataStore)
+// and the header refers to it. A step whose effect happened before the run
+// was given up (its next message refused by the broker) is compensated with
+// the rest. A compensation that is given up leaves the run unresolved:
+// logged at error, counted, and listed. A flow with dsl.HoldForReplay keeps
+// a failed run waiting for a replay instead, and compensates it only if
+// nobody replayed it in time. A run being compensated leaves nothing in a
+// dead-letter queue: those hold what needs a person.
 //
 // # The journal
 //

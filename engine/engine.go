@@ -28,6 +28,12 @@ const (
 	// store remembers a step it ran: long enough for any redelivery, short
 	// enough that a busy worker does not fill its memory with keys.
 	DefaultIdempotencyWindow = 15 * time.Minute
+	// DefaultDeliveryLimit is how many times a delivery may come back
+	// unsettled before a worker gives it up unrun: the delivery-limit
+	// policy docs/operations.md gives the queues (and RabbitMQ 4's
+	// default), so that the engine, which records why, sets such a message
+	// aside on the last delivery the broker makes.
+	DefaultDeliveryLimit = 20
 )
 
 // Config configures an Engine. The zero value is not usable (Conn is
@@ -72,6 +78,15 @@ type Config struct {
 	// tick starts one run (persistence.SQLCronGuard, on the workers'
 	// shared database).
 	CronGuard CronGuard
+	// DeliveryLimit is how many times a step's or a compensation's
+	// delivery may come back unsettled (its x-delivery-count, which quorum
+	// queues keep: every worker that took it died, or lost its connection,
+	// holding it) before a worker gives it up without running it, to its
+	// dead-letter queue, recording why in the journal. 0 =
+	// DefaultDeliveryLimit; negative = never. Keep it at or below the
+	// queues' delivery-limit policy, or the broker dead-letters such a
+	// message first, and the journal does not hear of it.
+	DeliveryLimit int
 	// CronAlone runs the cron triggers without a CronGuard, on this
 	// worker alone: it holds a lock on the broker (an exclusive consumer on
 	// <flow>.cron-lock), and a second worker asking for it is refused with
@@ -90,6 +105,8 @@ type Engine struct {
 	conn    *broker.Conn
 	log     *slog.Logger
 	journal journal.Journal
+	// data is the journal as a keeper of run data, nil when it is not one.
+	data    journal.DataStore
 	writer  *journal.Writer
 	store   patterns.ResultStore
 	metrics *metrics
@@ -129,6 +146,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Housekeeping == 0 {
 		cfg.Housekeeping = DefaultHousekeeping
+	}
+	if cfg.DeliveryLimit == 0 {
+		cfg.DeliveryLimit = DefaultDeliveryLimit
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Conn.Logger()
@@ -170,8 +190,9 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	data, _ := cfg.Journal.(journal.DataStore)
 	return &Engine{
-		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, writer: w, store: cfg.Store,
+		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, data: data, writer: w, store: cfg.Store,
 		metrics: m, tracer: cfg.TracerProvider.Tracer(instrumentation), flows: map[string]*flow{},
 	}, nil
 }

@@ -17,6 +17,9 @@ var (
 	// ErrStepTimeout: a step ran past its Timeout; it is retried whatever
 	// it returned.
 	ErrStepTimeout = errors.New("step overran its timeout")
+	// ErrRunInFlight: StartAgain was asked of a run that has not finished
+	// (running, waiting, compensating): it is not started twice at once.
+	ErrRunInFlight = errors.New("run has not finished")
 	// ErrNotReplayable: the run is not failed (running, completed,
 	// compensated, ...), so there is nothing to replay.
 	ErrNotReplayable = errors.New("run cannot be replayed")
@@ -28,6 +31,16 @@ var (
 	// ErrMisrouted: a message reached a step its route does not put it at
 	// (it is given up: no retry can fix where it is).
 	ErrMisrouted = errors.New("message is not at this step")
+	// ErrUnknownStep: a message's route names a step its flow does not
+	// have (a route from another version of the flow, or a foreign
+	// publisher's mistake). It is given up before its step runs, to the
+	// step's dead-letter queue, where a replay can send it on once the flow
+	// has the step.
+	ErrUnknownStep = errors.New("route names an unknown step")
+	// ErrDeliveryLimit: a delivery came back unsettled DeliveryLimit times
+	// (every worker that took it died or lost its connection holding it);
+	// it is given up without running its step again.
+	ErrDeliveryLimit = errors.New("delivery limit reached")
 	// ErrNoTransactions: a flow has a Transactional step and the engine's
 	// Store cannot run one (it is not a patterns.TxStore).
 	ErrNoTransactions = errors.New("the idempotency store cannot run transactional steps")

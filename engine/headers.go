@@ -53,19 +53,25 @@ type runState struct {
 
 // compEntry is one step to compensate and the payload its compensation
 // gets: raw JSON when the flow's codec is JSON (readable in a management
-// console), base64 otherwise.
+// console), base64 otherwise, or, when it is too large to travel in a
+// header, Ref: the key it is kept under in the journal (journal.DataStore).
 type compEntry struct {
 	Step   string          `json:"step"`
 	Data   json.RawMessage `json:"data,omitempty"`
 	Data64 []byte          `json:"data64,omitempty"`
+	Ref    string          `json:"ref,omitempty"`
 }
 
-func (c compEntry) body() []byte {
+// inline is the payload the entry carries itself (nil for a Ref).
+func (c compEntry) inline() []byte {
 	if c.Data != nil {
 		return c.Data
 	}
 	return c.Data64
 }
+
+// size is how many bytes of payload the entry carries in its header.
+func (c compEntry) size() int { return len(c.Data) + len(c.Data64) }
 
 // compState is the acemq-flow-compensation header.
 type compState struct {
@@ -150,10 +156,14 @@ const (
 	keptEnded             // the step ended the run (dsl.End)
 )
 
-// keptVersion starts a kept record that carries the hop's plan. A record
-// without it (written before there was a plan to keep) starts with the
-// top byte of its due time, always 0.
-const keptVersion byte = 1
+// keptVersion starts a kept record that carries the hop's plan, and
+// keptSpilling one that also carries what the hop's run state keeps in the
+// journal (spills). A record without either (written before there was a
+// plan to keep) starts with the top byte of its due time, always 0.
+const (
+	keptVersion  byte = 1
+	keptSpilling byte = 2
+)
 
 // kept is what the idempotency store holds for a step whose work is done:
 // what became of the run (kind), the message it produced and when that
@@ -168,6 +178,16 @@ type kept struct {
 	skipped []int
 	// planned is false for a record that did not carry the plan.
 	planned bool
+	// spills are the compensation payloads the hop's run state refers to,
+	// to put in the journal before the hop is sent.
+	spills []spill
+}
+
+// spill is a compensation payload kept in the journal rather than in the
+// run's headers: under key, for the run the record is of.
+type spill struct {
+	key  string
+	data []byte
 }
 
 // keptOf is what a step that produced plan (and, for a hop, out) keeps.
@@ -183,7 +203,11 @@ func (k kept) encode() ([]byte, error) {
 	if !k.due.IsZero() {
 		due = k.due.UnixMilli()
 	}
-	b := append(make([]byte, 0, 64), keptVersion, k.kind)
+	version := keptVersion
+	if len(k.spills) > 0 {
+		version = keptSpilling
+	}
+	b := append(make([]byte, 0, 64), version, k.kind)
 	b = binary.BigEndian.AppendUint64(b, uint64(due))
 	b = binary.AppendUvarint(b, uint64(k.next))
 	b = binary.AppendUvarint(b, uint64(len(k.skipped)))
@@ -192,6 +216,15 @@ func (k kept) encode() ([]byte, error) {
 	}
 	if k.kind != keptHop {
 		return b, nil
+	}
+	if version == keptSpilling {
+		b = binary.AppendUvarint(b, uint64(len(k.spills)))
+		for _, s := range k.spills {
+			b = binary.AppendUvarint(b, uint64(len(s.key)))
+			b = append(b, s.key...)
+			b = binary.AppendUvarint(b, uint64(len(s.data)))
+			b = append(b, s.data...)
+		}
 	}
 	out, err := k.out.MarshalBinary()
 	if err != nil {
@@ -204,7 +237,7 @@ func decodeKept(b []byte) (kept, error) {
 	bad := func(what string) (kept, error) {
 		return kept{}, fmt.Errorf("%w: kept record of %d bytes: %s", broker.ErrUnreadableEnvelope, len(b), what)
 	}
-	if len(b) > 0 && b[0] != keptVersion {
+	if len(b) > 0 && b[0] != keptVersion && b[0] != keptSpilling {
 		return decodeUnplanned(b)
 	}
 	if len(b) < 10 {
@@ -244,6 +277,32 @@ func decodeKept(b []byte) (kept, error) {
 	case keptHop:
 	default:
 		return bad(fmt.Sprintf("kind %d", k.kind))
+	}
+	if b[0] == keptSpilling {
+		n, ok := uvarint()
+		if !ok || n > len(rest) {
+			return bad("spills")
+		}
+		bytesOf := func() ([]byte, bool) {
+			l, ok := uvarint()
+			if !ok || l > len(rest) {
+				return nil, false
+			}
+			v := rest[:l:l]
+			rest = rest[l:]
+			return v, true
+		}
+		for range n {
+			key, ok := bytesOf()
+			if !ok {
+				return bad("spill key")
+			}
+			data, ok := bytesOf()
+			if !ok {
+				return bad("spill data")
+			}
+			k.spills = append(k.spills, spill{key: string(key), data: data})
+		}
 	}
 	if err := k.out.UnmarshalBinary(rest); err != nil {
 		return kept{}, err

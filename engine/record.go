@@ -24,10 +24,14 @@ func (e *Engine) record(ctx context.Context, events ...journal.Event) {
 
 // settled records what became of one delivery of a step, once its
 // consumer carried it out, unless the handler recorded exactly that before
-// it returned.
+// it returned. A delivery given up where the handler did not expect it
+// (before it ran, or a retry the ladder refused) has its run's
+// compensation started here; one that could not be read at all is still
+// recorded against the run it names, if it names one.
 func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 	m := s.Message
 	if m == nil {
+		r.e.recordUnread(ctx, r.f, r.spec.Name, r.queue, r.f.index[r.spec.Name]+1, s)
 		return
 	}
 	var a *attempt
@@ -42,7 +46,61 @@ func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 		a = &attempt{replays: replays(m.Headers), result: resultFailed}
 		a.route, a.pos, _, _ = position(m)
 	}
+	if a.compensation == compensationNone && s.Outcome == broker.OutcomeLabelDeadLettered {
+		r.compensateUnexpected(ctx, m, a, s)
+	}
 	r.e.record(ctx, r.events(ctx, m, a, s)...)
+}
+
+// compensateUnexpected starts the compensation of a run whose message the
+// consumer gave up where the handler did not expect it. Begun now, the
+// compensation has the run, and the message the consumer already moved to
+// the dead-letter queue is taken out of it again.
+func (r *stepRunner) compensateUnexpected(ctx context.Context, m *broker.Message, a *attempt, s broker.Settlement) {
+	var st runState
+	if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err != nil || len(st.Compensate) == 0 {
+		return
+	}
+	kind, until, err := r.e.startCompensation(ctx, r.f, m, st, nil, r.spec.Name, s.Reason, r.f.hold)
+	if err != nil {
+		r.e.log.Error("a failed run's compensation could not be started; run acemq-flow compensate on it",
+			slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", err))
+		return
+	}
+	a.compensation, a.holdUntil = kind, until
+	if kind != compensationHeld && r.tidy != nil {
+		r.tidy(r.queue+broker.DeadLetterSuffix, m.RunID)
+	}
+}
+
+// recordUnread records a delivery of flow's step (or compensation: queue)
+// that was set aside before anything could read it, against the run it
+// names: failed (unresolved, for a compensation), where it was parked and
+// why, so that runs list and the dashboard find it. stage places it in the
+// run (Seq): what cannot be read of it cannot say how far the run had got.
+func (e *Engine) recordUnread(ctx context.Context, f *flow, step, queue string, stage int, s broker.Settlement) {
+	if s.Outcome != broker.OutcomeLabelParked && s.Outcome != broker.OutcomeLabelDeadLettered {
+		return
+	}
+	if s.RunID == "" || !journal.Text(s.RunID) {
+		e.log.Warn("a message that names no run was set aside unread", slog.String("flow", f.name),
+			slog.String("queue", queue), slog.String("message_id", s.MessageID), slog.String("reason", s.Reason))
+		return
+	}
+	dead := queue + broker.DeadLetterSuffix
+	if s.Outcome == broker.OutcomeLabelParked {
+		dead = queue + broker.ParkedSuffix
+	}
+	now := time.Now()
+	ev := journal.Event{RunID: s.RunID, Flow: f.name, Kind: journal.KindStep, Step: step, Outcome: s.Outcome,
+		StartedAt: s.Started, EndedAt: now, Error: s.Reason, Queue: queue, Status: journal.Failed, RunStep: step,
+		DeadLetter: dead, Seq: journal.Seq(0, stage, 1, 2), Key: "unread/" + s.MessageID}
+	if stage >= journal.CompensationStage {
+		ev.Kind, ev.Outcome, ev.Status = journal.KindCompensation, "compensation_failed", journal.Unresolved
+	} else {
+		e.metrics.left(ctx, f.name, step, RunFailed, 0)
+	}
+	e.record(ctx, ev)
 }
 
 // events are the journal events of one delivery of a step, a the
@@ -74,20 +132,23 @@ func (r *stepRunner) events(ctx context.Context, m *broker.Message, a *attempt, 
 	}
 	switch s.Outcome {
 	case broker.OutcomeLabelAccepted:
-		if a.result == resultCancelled {
+		switch a.result {
+		case resultCancelled:
 			base.Kind, base.Outcome, base.Status = journal.KindCancel, "dropped: the run was cancelled while it waited", ""
 			base.Key = fmt.Sprintf("dropped/%d/%d", a.replays, a.pos)
 			events = append(events, base)
-			break
+		case resultCompensating:
+			events = append(events, r.givenUp(ctx, m, a, base, s))
+		default:
+			events = append(events, r.accepted(ctx, m, a, base, now)...)
 		}
-		events = append(events, r.accepted(ctx, m, a, base, now)...)
 	case broker.OutcomeLabelRetried:
 		base.Outcome, base.Status, base.Error = "retried", journal.Running, errText(s.Err)
 		due := now.Add(s.Delay)
 		base.DueAt = &due
 		events = append(events, base)
 	case broker.OutcomeLabelDeadLettered, broker.OutcomeLabelParked:
-		events = append(events, r.givenUp(ctx, m, a, base, s)...)
+		events = append(events, r.givenUp(ctx, m, a, base, s))
 	default:
 		// Put back or unsettled: it comes again, and is recorded then.
 		return nil
@@ -160,36 +221,38 @@ func (r *stepRunner) skips(m *broker.Message, a *attempt, now time.Time) []journ
 	return out
 }
 
-// givenUp records a step the consumer gave up: the run has failed, and is
-// being compensated, or held for a replay, or just failed.
-func (r *stepRunner) givenUp(ctx context.Context, m *broker.Message, a *attempt, base journal.Event, s broker.Settlement) []journal.Event {
+// givenUp is the event of a step given up for good: the run has failed,
+// and is being compensated (its message accepted, or, when the consumer
+// gave it up, in its dead-letter queue), held for a replay, unresolved (nothing it
+// did could be compensated), or just failed. s.Reason is the consumer's
+// reason when it set the message aside; a.reason the handler's otherwise.
+func (r *stepRunner) givenUp(ctx context.Context, m *broker.Message, a *attempt, base journal.Event, s broker.Settlement) journal.Event {
 	base.Outcome, base.Status, base.Error = "failed", journal.Failed, s.Reason
-	base.DeadLetter = r.queue + broker.DeadLetterSuffix
-	if s.Outcome == broker.OutcomeLabelParked {
+	switch s.Outcome {
+	case broker.OutcomeLabelDeadLettered:
+		base.DeadLetter = r.queue + broker.DeadLetterSuffix
+	case broker.OutcomeLabelParked:
 		base.Outcome, base.DeadLetter = "parked", r.queue+broker.ParkedSuffix
-	}
-	if a.compensation == "" && s.Outcome == broker.OutcomeLabelDeadLettered {
-		// Given up where the handler did not expect it (before it ran, or
-		// a retry the ladder refused): start the compensation now.
-		var st runState
-		if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err == nil && len(st.Compensate) > 0 {
-			kind, until, err := r.e.startCompensation(ctx, r.f, m, st, r.spec.Name, s.Reason, r.f.hold)
-			if err != nil {
-				r.e.log.Error("a failed run's compensation could not be started; run acemq-flow compensate on it",
-					slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", err))
-			}
-			a.compensation, a.holdUntil = kind, until
-		}
+	default:
+		base.Error = a.reason
 	}
 	switch a.compensation {
-	case "started":
+	case compensationStarted, compensationUnresolved:
 		base.Status = journal.Compensating
-	case "held":
+		if a.compensation == compensationUnresolved {
+			base.Status = journal.Unresolved
+		}
+		if s.Outcome != broker.OutcomeLabelParked {
+			// Accepted, or taken out of the dead-letter queue again: the
+			// compensation has the run.
+			base.DeadLetter = ""
+		}
+	case compensationHeld:
 		until := a.holdUntil
 		base.DueAt = &until
 	}
 	r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunFailed, time.Since(m.FirstSeen))
-	return []journal.Event{base}
+	return base
 }
 
 // external reports whether the step called name is served elsewhere.
@@ -203,6 +266,7 @@ func (f *flow) external(name string) bool {
 func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
 	m := s.Message
 	if m == nil {
+		c.e.recordUnread(ctx, c.f, c.spec.Name, c.queue, journal.CompensationStage, s)
 		return
 	}
 	v, ok := c.attempts.LoadAndDelete(m)
@@ -222,10 +286,23 @@ func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
 // handler's view of it and s what the consumer did with it (or will do);
 // false when there is nothing to record.
 func (c *compRunner) event(ctx context.Context, m *broker.Message, a *compAttempt, s broker.Settlement) (journal.Event, bool) {
-	if a.result == compMalformed || a.result == compDuplicate || a.result == compBusy {
+	if a.result == compDuplicate || a.result == compBusy {
 		return journal.Event{}, false
 	}
 	now := time.Now()
+	if a.result == compMalformed {
+		// Without its state nothing says what is left to undo: the run is
+		// unresolved, as with a compensation given up.
+		if s.Outcome != broker.OutcomeLabelDeadLettered && s.Outcome != broker.OutcomeLabelParked {
+			return journal.Event{}, false
+		}
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "unresolved")
+		return journal.Event{RunID: m.RunID, Flow: c.f.name, Kind: journal.KindCompensation, Step: c.spec.Name,
+			Attempt: m.Attempt, StartedAt: s.Started, EndedAt: now, Queue: c.queue, RunStep: c.spec.Name,
+			Outcome: "compensation_failed", Error: s.Reason, Status: journal.Unresolved, Replays: replays(m.Headers),
+			DeadLetter: c.queue + broker.DeadLetterSuffix, Seq: journal.Seq(replays(m.Headers), journal.CompensationStage, m.Attempt, 2),
+			Key: "unread/" + m.ID}, true
+	}
 	e := journal.Event{
 		RunID: m.RunID, Flow: c.f.name, Kind: journal.KindCompensation, Step: c.spec.Name, Attempt: m.Attempt,
 		StartedAt: s.Started, EndedAt: now, Queue: c.queue, Replays: a.cs.Replays, RunStep: c.spec.Name,
@@ -282,9 +359,17 @@ func (n *nowRunner) settled(ctx context.Context, s broker.Settlement) {
 	case compStarted:
 		e.Status = journal.Compensating
 	case compNothing:
-		e.Outcome = "nothing to compensate"
+		// Nothing it did needs undoing: it is as compensated as it will
+		// get, and its message is gone from the dead-letter queue.
+		e.Outcome, e.Status = "nothing to compensate", journal.Compensated
+	case compGivenUp:
+		e.Outcome, e.Status = "nothing can be compensated: what its steps returned is no longer kept", journal.Unresolved
 	default:
 		return
+	}
+	if run, err := n.e.journal.Run(ctx, m.RunID); err == nil {
+		// The run still says where it failed, and why.
+		e.RunStep, e.Error = run.Step, run.Error
 	}
 	n.e.record(ctx, e)
 }

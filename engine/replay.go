@@ -169,8 +169,7 @@ func (e *Engine) move(ctx context.Context, runID string, queues []string, to fun
 			opts = append(opts, patterns.ReplayTo(to(f)))
 		}
 		r, err := patterns.Replay(ctx, e.conn, q, opts...)
-		var ae *transport.AMQPError
-		if errors.As(err, &ae) && ae.Code == transport.NotFound {
+		if notFound(err) {
 			continue
 		}
 		if err != nil {
@@ -196,4 +195,10 @@ func (e *Engine) flowOfQueue(q string) *flow {
 		}
 	}
 	return nil
+}
+
+// notFound reports whether err is the broker saying a queue does not exist.
+func notFound(err error) bool {
+	var ae *transport.AMQPError
+	return errors.As(err, &ae) && ae.Code == transport.NotFound
 }

@@ -111,8 +111,9 @@ func TestReplayWaitsForAMessageOnItsWay(t *testing.T) {
 
 // TestHoldForReplay: a failed run of a flow that holds failed runs waits
 // as failed; replayed in time, it is never compensated; left alone, it is
-// compensated when the hold ends; compensate-now does it at once, and the
-// hold then ends without compensating twice.
+// compensated when the hold ends, and its message leaves the dead-letter
+// queue; compensate-now does it at once, and the hold then ends without
+// compensating twice.
 func TestHoldForReplay(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
 		fx := newFixture(t, h, engine.Config{})
@@ -176,6 +177,38 @@ func TestHoldForReplay(t *testing.T) {
 			return n == 2
 		}, 10*time.Second, 50*time.Millisecond, "the hold of the run compensated by hand ended without compensating again")
 		require.Equal(t, 1, ef.get(now, "undo-charge"))
+		h.WaitDepth(fx.name+".ship"+broker.DeadLetterSuffix, 0, 10*time.Second)
+	})
+}
+
+// TestCompensateNothingToUndo: compensating a failed run that completed no
+// step with a compensation ends it compensated, its message out of the
+// dead-letter queue: it is not left failed, pointing at a message that is
+// gone.
+func TestCompensateNothingToUndo(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		var courier outage
+		courier.down.Store(true)
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", appendStep(ef, "charge")),
+			dsl.Step("ship", courier.step(ef, "ship")).Retry(broker.NoRetry())))
+		fx.work()
+		ctx := brokertest.Ctx(t)
+		run := fx.start(Order{ID: "nothing"})
+		fx.waitStatus(run, journal.Failed, 10*time.Second)
+		moved, err := fx.eng.Compensate(ctx, run)
+		require.NoError(t, err)
+		require.Equal(t, fx.name+".compensate", moved.To)
+		r := fx.waitStatus(run, journal.Compensated, 10*time.Second)
+		require.Empty(t, r.DeadLetter)
+		require.Equal(t, "ship", r.Step, "it still says where it failed")
+		require.Contains(t, r.Error, "ship is down", "and why")
+		require.Contains(t, fx.outcomes(run), "compensation::nothing to compensate")
+		require.Zero(t, h.Depth(fx.name+".ship"+broker.DeadLetterSuffix))
+		_, err = fx.eng.Replay(ctx, run)
+		require.ErrorIs(t, err, engine.ErrNotReplayable)
 	})
 }
 

@@ -44,6 +44,10 @@ type Scheduled struct {
 	// sees it (0 while it is not due): a ladder that does not move shows
 	// here first.
 	Late time.Duration `json:"-"`
+	// Compensating, on what Cancel did, says the wait cancelled was a
+	// failed run's hold: the run is being compensated now, as Compensate
+	// does, rather than left failed with its effects in place.
+	Compensating bool `json:"compensating,omitempty"`
 }
 
 // Schedules lists what waits on the ladder, soonest first, as the journal
@@ -92,14 +96,16 @@ func (e *Engine) firstStep(name string) string {
 	return f.steps[0].Name
 }
 
-// Cancel cancels what a run waits for on the ladder: a delayed start or a
-// delay before a step (when its message comes due, the worker drops it,
-// acknowledged and recorded), or the hold of a failed run (it will not be
-// compensated). The run's status becomes cancelled. The journal must know
-// the run: cancelling needs the journal every worker reads (a database).
-// It refuses, with ErrNotCancellable naming the run, a run that waits for
-// nothing, or whose wait ends within a second (its message may already be
-// on its way).
+// Cancel cancels what a run waits for on the ladder. A delayed start or a
+// delay before a step: when its message comes due, the worker drops it,
+// acknowledged and recorded, and the run's status becomes cancelled. The
+// hold of a failed run (HoldForReplay): cancelling the wait for a replay
+// compensates the run now, as Compensate does (Scheduled.Compensating says
+// so), since a run left failed would keep its effects with nobody to undo
+// them. The journal must know the run: cancelling needs the journal every
+// worker reads (a database). It refuses, with ErrNotCancellable naming the
+// run, a run that waits for nothing, or whose wait ends within a second
+// (its message may already be on its way).
 func (e *Engine) Cancel(ctx context.Context, runID string) (Scheduled, error) {
 	r, err := e.journal.Run(ctx, runID)
 	if err != nil {
@@ -118,6 +124,16 @@ func (e *Engine) Cancel(ctx context.Context, runID string) (Scheduled, error) {
 	}
 	s.Kind = e.kindOf(r)
 	now := time.Now()
+	if s.Kind == ScheduledHold {
+		if _, err := e.Compensate(ctx, runID); err != nil {
+			return s, fmt.Errorf("cancel run %s's hold: compensate it: %w", runID, err)
+		}
+		s.Compensating = true
+		e.record(ctx, journal.Event{RunID: runID, Flow: r.Flow, Kind: journal.KindCancel, Step: r.Step,
+			Outcome: "hold cancelled (due " + s.DueAt.Format(time.RFC3339) + "): compensating now", StartedAt: now, EndedAt: now,
+			Replays: r.Replays, Seq: r.Seq, Key: fmt.Sprintf("cancel/%d", r.Replays)})
+		return s, e.writer.Flush(ctx)
+	}
 	e.record(ctx, journal.Event{RunID: runID, Flow: r.Flow, Kind: journal.KindCancel, Step: r.Step,
 		Outcome: "cancelled (" + s.Kind + " due " + s.DueAt.Format(time.RFC3339) + ")", StartedAt: now, EndedAt: now,
 		Status: journal.Cancelled, RunStep: r.Step, Replays: r.Replays, DueAt: r.DueAt,

@@ -16,8 +16,9 @@ import (
 
 // TestSchedulesAndCancel: what waits on the ladder is listed with its
 // kind and due time; a delayed start cancelled before it is due is
-// dropped when it comes due (recorded, never run), and cancelling one that
-// was already delivered is refused.
+// dropped when it comes due (recorded, never run); cancelling the hold of
+// a failed run compensates it now; cancelling what was already delivered
+// is refused.
 func TestSchedulesAndCancel(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
 		fx := newFixture(t, h, engine.Config{})
@@ -25,7 +26,11 @@ func TestSchedulesAndCancel(t *testing.T) {
 		var courier outage
 		courier.down.Store(true)
 		fx.register(dsl.Flow(fx.name,
-			dsl.Step("charge", appendStep(ef, "charge")).Compensate(func(context.Context, Order) error { return nil }),
+			dsl.Step("charge", appendStep(ef, "charge")).Compensate(func(ctx context.Context, _ Order) error {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "undo-charge")
+				return nil
+			}),
 			dsl.Delay(3*time.Second),
 			dsl.Step("ship", courier.step(ef, "ship")).Retry(broker.NoRetry()),
 			dsl.HoldForReplay(time.Hour)))
@@ -66,7 +71,7 @@ func TestSchedulesAndCancel(t *testing.T) {
 		require.Zero(t, ef.get(later.RunID, "charge"))
 
 		// The held run: it fails at ship, held for an hour; cancelling the
-		// hold means it will not be compensated.
+		// hold compensates it now.
 		fx.waitStatus(fx.name+"-held", journal.Failed, 15*time.Second)
 		list, err = fx.eng.Schedules(ctx, fx.name, 0)
 		require.NoError(t, err)
@@ -78,16 +83,24 @@ func TestSchedulesAndCancel(t *testing.T) {
 		}
 		require.Equal(t, engine.ScheduledHold, hold.Kind)
 		require.WithinDuration(t, time.Now().Add(time.Hour), hold.DueAt, time.Minute)
-		_, err = fx.eng.Cancel(ctx, fx.name+"-held")
+		cancelled, err := fx.eng.Cancel(ctx, fx.name+"-held")
 		require.NoError(t, err)
-		fx.waitStatus(fx.name+"-held", journal.Cancelled, 5*time.Second)
+		require.True(t, cancelled.Compensating, "cancelling a hold says the run is compensated now")
+		fx.waitStatus(fx.name+"-held", journal.Compensated, 10*time.Second)
+		require.Equal(t, 1, ef.get(fx.name+"-held", "undo-charge"), "its charge was undone")
+		require.Contains(t, fx.outcomes(fx.name+"-held"), "cancel:ship:hold cancelled (due "+hold.DueAt.Format(time.RFC3339)+"): compensating now")
+		_, err = fx.eng.Replay(ctx, fx.name+"-held")
+		require.ErrorIs(t, err, engine.ErrNotReplayable)
 
-		// soon went on to ship (and failed there): nothing left to cancel.
+		// soon went on to ship (and failed there): its hold cancelled, it
+		// is compensated, and nothing is left to cancel.
 		fx.waitStatus(soon, journal.Failed, 15*time.Second)
 		_, err = fx.eng.Cancel(ctx, soon)
 		require.NoError(t, err, "its hold can still be cancelled")
+		fx.waitStatus(soon, journal.Compensated, 10*time.Second)
 		_, err = fx.eng.Cancel(ctx, soon)
 		require.ErrorIs(t, err, engine.ErrNotCancellable)
 		require.ErrorContains(t, err, "waits for nothing")
+		require.Zero(t, h.Depth(fx.name+".ship"+broker.DeadLetterSuffix), "the held messages left the dead-letter queue")
 	})
 }

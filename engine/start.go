@@ -21,6 +21,7 @@ type startConfig struct {
 	runID   string
 	at      time.Time
 	outcome string
+	again   bool
 }
 
 // startOutcome says how the run's start reads in its timeline.
@@ -28,9 +29,12 @@ func startOutcome(s string) StartOption {
 	return func(c *startConfig) error { c.outcome = s; return nil }
 }
 
-// RunID starts the run under id instead of a new one: starting twice with
-// the same id is one run (its first step runs once). An empty id, or one
-// that is not UTF-8 text without NUL bytes, is refused.
+// RunID starts the run under id instead of a new one. Starting is
+// idempotent on the run id: a start of a run the journal knows returns that
+// run (Started.Existing, with its status) and publishes nothing, unless
+// StartAgain says otherwise; two starts racing before either is journalled
+// are still one run (its first step runs once). An empty id, or one that
+// is not UTF-8 text without NUL bytes, is refused.
 func RunID(id string) StartOption {
 	return func(c *startConfig) error {
 		if id == "" || !journal.Text(id) {
@@ -39,6 +43,17 @@ func RunID(id string) StartOption {
 		c.runID = id
 		return nil
 	}
+}
+
+// StartAgain lets a start under RunID of a run that has finished
+// (completed, ended, failed, compensated, unresolved or cancelled) start it
+// again: as replay n+1 of the run, every step anew, on the payload given,
+// which the journal then shows as the run's input; its timeline keeps what
+// came before. A failed run's given-up message is taken out of its
+// dead-letter queue first. A run still in flight is refused
+// (ErrRunInFlight); a run id the journal does not know starts as usual.
+func StartAgain() StartOption {
+	return func(c *startConfig) error { c.again = true; return nil }
 }
 
 // At holds the run on the scheduler ladder until t: it shows as waiting,
@@ -65,12 +80,20 @@ type Started struct {
 	RunID string    `json:"run_id"`
 	Flow  string    `json:"flow"`
 	DueAt time.Time `json:"due_at,omitzero"`
+	// Existing says the run id was a run already: nothing was published,
+	// and Status is where that run stands.
+	Existing bool           `json:"existing,omitempty"`
+	Status   journal.Status `json:"status,omitempty"`
+	// Replays is the run's replay count when it was started again
+	// (StartAgain): how many times it had been replayed or started before.
+	Replays int `json:"replays,omitempty"`
 }
 
 // Start starts a run of the flow called flowName with payload: a value of
 // the flow's input type, or its JSON (json.RawMessage or []byte), which
 // must decode into that type with no unknown fields. A payload that does
-// not fit is refused with ErrInvalidPayload before anything is published.
+// not fit (JSON null, or one the type's own Validate method refuses) is
+// refused with ErrInvalidPayload before anything is published.
 // It returns once the broker confirmed the run's first message (held on
 // the ladder if the run waits first), and records the run in the journal.
 func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts ...StartOption) (Started, error) {
@@ -164,10 +187,21 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	if err != nil {
 		return started{}, err
 	}
+	n := 0
 	if cfg.runID == "" {
 		cfg.runID = broker.NewID()
+	} else {
+		run, again, err := e.existing(ctx, f, cfg)
+		switch {
+		case err != nil:
+			return started{res: Started{RunID: cfg.runID, Flow: f.name}}, err
+		case run != nil && !again:
+			return started{res: Started{RunID: run.ID, Flow: run.Flow, Existing: true, Status: run.Status}, done: true}, nil
+		case run != nil:
+			n = run.Replays + 1
+		}
 	}
-	p := started{res: Started{RunID: cfg.runID, Flow: f.name}}
+	p := started{res: Started{RunID: cfg.runID, Flow: f.name, Replays: n}}
 	route, err := f.def.Route(ctx, func(v any) error { return json.Unmarshal(raw, v) })
 	if err != nil {
 		return p, fmt.Errorf("start %q: %w", f.name, err)
@@ -181,14 +215,17 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 		h.due = cfg.at
 	}
 	start := journal.Event{RunID: p.res.RunID, Flow: f.name, Kind: journal.KindStart, Outcome: "started",
-		StartedAt: now, EndedAt: now, Input: raw, Status: journal.Running, Seq: journal.Seq(0, 0, 1, 0), Key: "start"}
+		StartedAt: now, EndedAt: now, Input: raw, Status: journal.Running, Replays: n, Seq: journal.Seq(n, 0, 1, 0), Key: "start"}
+	if n > 0 {
+		start.Outcome, start.Key = fmt.Sprintf("started again (replay %d)", n), fmt.Sprintf("start/%d", n)
+	}
 	if cfg.outcome != "" {
 		start.Outcome = cfg.outcome
 	}
 	if h.next == len(route) {
 		// Every step skipped: the run is done as it starts.
 		start.Status, start.RunStep = journal.Completed, route[len(route)-1]
-		e.record(ctx, append([]journal.Event{start}, f.startSkips(p.res.RunID, route, h, now)...)...)
+		e.record(ctx, append([]journal.Event{start}, f.startSkips(p.res.RunID, n, route, h, now)...)...)
 		e.metrics.started(ctx, f.name)
 		p.done = true
 		return p, nil
@@ -198,32 +235,65 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	if err := e.declare(ctx, f); err != nil {
 		return p, fmt.Errorf("start %q: %w", f.name, err)
 	}
-	if p.out, err = f.startMessage(ctx, e.conn, p.res.RunID, route, h.next, input); err != nil {
+	if p.out, err = f.startMessage(ctx, e.conn, p.res.RunID, n, route, h.next, input); err != nil {
 		return p, fmt.Errorf("start %q: %w", f.name, err)
 	}
-	p.events = append([]journal.Event{start}, f.startSkips(p.res.RunID, route, h, now)...)
+	p.events = append([]journal.Event{start}, f.startSkips(p.res.RunID, n, route, h, now)...)
 	if h.due.After(now) {
 		p.res.DueAt = h.due
 		markDue(&p.out, h.due)
 		due := h.due
 		p.events = append(p.events, journal.Event{RunID: p.res.RunID, Flow: f.name, Kind: journal.KindDelay, Step: route[h.next],
 			Outcome: "waiting", StartedAt: now, EndedAt: now, DueAt: &due, Status: journal.Waiting, RunStep: route[h.next],
-			Seq: journal.Seq(0, h.next+1, 0, 0), Key: fmt.Sprintf("delay/0/%d", h.next)})
+			Replays: n, Seq: journal.Seq(n, h.next+1, 0, 0), Key: fmt.Sprintf("delay/%d/%d", n, h.next)})
 	}
 	return p, nil
 }
 
-func (f *flow) startSkips(runID string, route []string, h hop, now time.Time) []journal.Event {
+// existing looks up the run cfg names: nil when the journal does not know
+// it; again says it is to be started again (StartAgain), rather than
+// returned as it is.
+func (e *Engine) existing(ctx context.Context, f *flow, cfg startConfig) (run *journal.Run, again bool, err error) {
+	r, err := e.journal.Run(ctx, cfg.runID)
+	switch {
+	case errors.Is(err, journal.ErrRunNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("start %q: look up run %s: %w", f.name, cfg.runID, err)
+	case !cfg.again:
+		return &r, false, nil
+	case r.Flow != f.name:
+		return nil, false, fmt.Errorf("%w: run %s is a run of flow %q, not %q", ErrInvalidConfig, cfg.runID, r.Flow, f.name)
+	case !r.Status.Stopped():
+		return nil, false, fmt.Errorf("%w: run %s of %s is %s: only a run that has finished can be started again", ErrRunInFlight, cfg.runID, r.Flow, r.Status)
+	}
+	if r.Status == journal.Failed && r.DeadLetter != "" {
+		// Its given-up message belongs to the run that is over.
+		if _, err := patterns.Replay(ctx, e.conn, r.DeadLetter, patterns.ReplayDiscard(),
+			patterns.ReplayFilter(func(env broker.Envelope, _ []byte) bool { return env.RunID == cfg.runID })); err != nil && !notFound(err) {
+			return nil, false, fmt.Errorf("start run %s again: take its failed message out of %s: %w", cfg.runID, r.DeadLetter, err)
+		}
+	}
+	return &r, true, nil
+}
+
+func (f *flow) startSkips(runID string, replays int, route []string, h hop, now time.Time) []journal.Event {
 	var out []journal.Event
 	for _, p := range h.skipped {
 		out = append(out, journal.Event{RunID: runID, Flow: f.name, Kind: journal.KindSkip, Step: route[p], Outcome: "skipped",
-			StartedAt: now, EndedAt: now, Queue: f.queue(route[p]), Seq: journal.Seq(0, p+1, 0, 1), Key: fmt.Sprintf("skip/0/%d", p)})
+			StartedAt: now, EndedAt: now, Queue: f.queue(route[p]), Replays: replays, Seq: journal.Seq(replays, p+1, 0, 1),
+			Key: fmt.Sprintf("skip/%d/%d", replays, p)})
 	}
 	return out
 }
 
+// validator is a payload type that can say whether a value is valid.
+type validator interface{ Validate() error }
+
 // input reads payload as the flow's input: the value itself, or JSON that
-// decodes into it, and gives the value and its JSON.
+// decodes into it, and gives the value and its JSON. JSON null is refused
+// (it would decode into a zero value nobody sent), and so is a value whose
+// type has a Validate method that refuses it.
 func (f *flow) input(payload any) (any, json.RawMessage, error) {
 	in := f.def.Input()
 	var raw []byte
@@ -236,11 +306,17 @@ func (f *flow) input(payload any) (any, json.RawMessage, error) {
 		if payload == nil || !reflect.TypeOf(payload).AssignableTo(in) {
 			return nil, nil, fmt.Errorf("%w: flow %q takes %s, not %T", ErrInvalidPayload, f.name, in, payload)
 		}
+		if err := f.validate(payload); err != nil {
+			return nil, nil, err
+		}
 		b, err := json.Marshal(payload)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: flow %q: %w", ErrInvalidPayload, f.name, err)
 		}
 		return payload, b, nil
+	}
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return nil, nil, fmt.Errorf("%w: flow %q takes %s, not null", ErrInvalidPayload, f.name, in)
 	}
 	v := reflect.New(in)
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -251,6 +327,9 @@ func (f *flow) input(payload any) (any, json.RawMessage, error) {
 	if dec.More() {
 		return nil, nil, fmt.Errorf("%w: flow %q: more than one JSON value", ErrInvalidPayload, f.name)
 	}
+	if err := f.validate(v.Interface()); err != nil {
+		return nil, nil, err
+	}
 	b, err := json.Marshal(v.Elem().Interface())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: flow %q: %w", ErrInvalidPayload, f.name, err)
@@ -258,11 +337,36 @@ func (f *flow) input(payload any) (any, json.RawMessage, error) {
 	return v.Elem().Interface(), b, nil
 }
 
-// startMessage is a run's first message, addressed to route[pos].
-func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string, route []string, pos int, input any) (broker.Outgoing, error) {
+// validate asks a payload (a value, or a pointer to one) whose type has a
+// Validate method whether it is valid.
+func (f *flow) validate(payload any) error {
+	v, ok := payload.(validator)
+	if !ok {
+		// A Validate with a pointer receiver, on a value.
+		p := reflect.New(reflect.TypeOf(payload))
+		p.Elem().Set(reflect.ValueOf(payload))
+		if v, ok = p.Interface().(validator); !ok {
+			return nil
+		}
+	}
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+		return nil
+	}
+	if err := v.Validate(); err != nil {
+		return fmt.Errorf("%w: flow %q: %w", ErrInvalidPayload, f.name, err)
+	}
+	return nil
+}
+
+// startMessage is a run's first message, addressed to route[pos]; a run
+// started again carries its replay count, as its hops do.
+func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string, replays int, route []string, pos int, input any) (broker.Outgoing, error) {
 	opts := []broker.PublishOption{
 		broker.ToExchange(f.name), broker.To(route[pos]), broker.Mandatory(), broker.RunID(runID),
 		broker.WithCodec(f.codec),
+	}
+	if replays > 0 {
+		opts = append(opts, broker.Header(broker.HeaderReplayCount, int64(replays)))
 	}
 	if f.def.HasItinerary() {
 		slip := patterns.NewRoutingSlip()

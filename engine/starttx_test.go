@@ -81,8 +81,7 @@ func testDatabase(t testing.TB) (*pgxpool.Pool, persistence.Tables) {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	p := "acemq_t" + hex.EncodeToString(b[:]) + "_"
-	tables := persistence.Tables{Outbox: p + "outbox", Migrations: p + "migrations", Idempotency: p + "idem",
-		Schemas: p + "schemas", SchemaCounter: p + "ids", Runs: p + "runs", RunEvents: p + "events", CronFires: p + "cron"}
+	tables := persistence.PrefixedTables(p)
 	require.NoError(t, persistence.MigrateTables(ctx, db, tables))
 	t.Cleanup(func() {
 		for _, n := range tables.Names() {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,17 +21,21 @@ import (
 	"github.com/acemq/acemq-flow/patterns"
 )
 
-// What a step handler decided about a delivery, for the settle hook that
-// records it once the consumer has carried it out.
+// stepResult is what a step handler decided about a delivery, for the
+// settle hook that records it once the consumer has carried it out.
+type stepResult uint8
+
+// The step handler's decisions.
 const (
-	resultContinued = "continued" // the step ran and the run went on
-	resultDone      = "done"      // the step ran and the route is done
-	resultEnded     = "ended"     // the step ended the run (dsl.End)
-	resultResent    = "resent"    // done before; its kept hop was sent again
-	resultDuplicate = "duplicate" // done before and passed on; nothing to do
-	resultFailed    = "failed"    // the step failed (retried or given up)
-	resultBusy      = "busy"      // running elsewhere; put back
-	resultCancelled = "cancelled" // cancelled while it waited; dropped
+	resultFailed       stepResult = iota // the step failed (retried or given up); until decided
+	resultContinued                      // the step ran and the run went on
+	resultDone                           // the step ran and the route is done
+	resultEnded                          // the step ended the run (dsl.End)
+	resultResent                         // done before; its kept hop was sent again
+	resultDuplicate                      // done before and passed on; nothing to do
+	resultBusy                           // running elsewhere; put back
+	resultCancelled                      // cancelled while it waited; dropped
+	resultCompensating                   // given up; its compensation has the run, so the message was accepted
 )
 
 // stepRunner works one step's queue.
@@ -44,6 +49,9 @@ type stepRunner struct {
 	spanName string
 	// attempts hands the handler's decision to the settle hook.
 	attempts sync.Map // *broker.Message -> *attempt
+	// tidy takes a run's message out of a dead-letter queue once its
+	// compensation has the run (the worker's tidier).
+	tidy func(queue, runID string)
 }
 
 // attempt is one delivery of a step, as the handler saw it.
@@ -52,16 +60,15 @@ type attempt struct {
 	route   []string
 	pos     int
 	replays int
-	result  string
+	result  stepResult
 	plan    hop
 	// resentTo is the step a kept hop was sent again to, when the kept
 	// record did not say where the run went (see kept.planned).
 	resentTo string
-	// compensation is "started" or "held" when this failure began the
-	// run's compensation; holdUntil is when a held one starts.
-	compensation string
+	// compensation says what this failure did to the run's compensation;
+	// holdUntil is when a held one starts.
+	compensation compensationStart
 	holdUntil    time.Time
-	hasComp      bool
 }
 
 // recording is what a step's or a compensation's handler leaves for
@@ -89,9 +96,9 @@ func (p *recording) settlement(queue string, m *broker.Message) broker.Settlemen
 	return broker.Settlement{Queue: queue, Message: m, Started: p.start, Outcome: p.expect, Err: p.err, Reason: p.reason, Delay: p.delay}
 }
 
-func newStepRunner(e *Engine, f *flow, i int) *stepRunner {
+func newStepRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *stepRunner {
 	s := f.steps[i]
-	return &stepRunner{e: e, f: f, spec: s, policy: f.retry[i], queue: f.queue(s.Name), spanName: "step " + f.name + "/" + s.Name}
+	return &stepRunner{e: e, f: f, spec: s, policy: f.retry[i], queue: f.queue(s.Name), spanName: "step " + f.name + "/" + s.Name, tidy: tidy}
 }
 
 // handle is the step's broker.Handler: it works out what becomes of the
@@ -102,7 +109,7 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	r.attempts.Store(m, a)
 	ack := r.decide(ctx, m, a)
 	switch a.result {
-	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled:
+	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled, resultCompensating:
 		a.expect = broker.OutcomeLabelAccepted
 	}
 	return ack
@@ -150,16 +157,15 @@ func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, f
 }
 
 // decide works out what becomes of a delivery: it runs the step unless it
-// ran before, and passes what it produced on.
+// ran before, and passes what it produced on. A message that cannot be
+// where it is (another step's, a route naming a step the flow does not
+// have, one every worker died holding) is given up before the step runs.
 func (r *stepRunner) decide(ctx context.Context, m *broker.Message, a *attempt) broker.Ack {
 	route, pos, slip, err := position(m)
 	if err != nil {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
 	}
 	a.route, a.pos = route, pos
-	if route[pos] != r.spec.Name {
-		return broker.Reject(broker.Fatal(fmt.Errorf("%w: flow %q step %q got a message for step %q", ErrMisrouted, r.f.name, r.spec.Name, route[pos])))
-	}
 	if !journal.Text(m.RunID) || m.RunID == "" {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: the message carries no %s that is UTF-8 text", r.f.name, r.spec.Name, broker.HeaderRunID)))
 	}
@@ -167,7 +173,15 @@ func (r *stepRunner) decide(ctx context.Context, m *broker.Message, a *attempt) 
 	if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err != nil {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
 	}
-	a.hasComp = len(st.Compensate) > 0
+	if route[pos] != r.spec.Name {
+		return r.giveUp(ctx, m, a, st, nil, broker.Fatal(fmt.Errorf("%w: flow %q step %q got a message for step %q", ErrMisrouted, r.f.name, r.spec.Name, route[pos])))
+	}
+	if err := r.f.knows(route); err != nil {
+		return r.giveUp(ctx, m, a, st, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
+	}
+	if err := r.e.overDeliveryLimit(m); err != nil {
+		return r.giveUp(ctx, m, a, st, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
+	}
 	if _, held := m.Headers[HeaderDue]; held {
 		cancelled, err := r.e.cancelled(ctx, m.RunID)
 		if err != nil {
@@ -178,7 +192,7 @@ func (r *stepRunner) decide(ctx context.Context, m *broker.Message, a *attempt) 
 			return broker.Accept()
 		}
 	}
-	key := fmt.Sprintf("%s/%d/%s", m.RunID, pos, r.spec.Name)
+	key := stepKey(m.RunID, a.replays, pos, r.spec.Name)
 	claim, err := r.e.store.Claim(ctx, key)
 	if err != nil {
 		return broker.Retry(fmt.Errorf("idempotency: claim %q: %w", key, err))
@@ -194,6 +208,37 @@ func (r *stepRunner) decide(ctx context.Context, m *broker.Message, a *attempt) 
 	}
 }
 
+// stepKey is what a step's run is claimed under: the run, the position of
+// the step in its route, and the step. A run started again (StartAgain)
+// runs every step anew, so its replay count is part of the key; a replay
+// of a failed run reaches only steps that never completed in it, whose
+// keys are free either way.
+func stepKey(runID string, replays, pos int, step string) string {
+	if replays == 0 {
+		return fmt.Sprintf("%s/%d/%s", runID, pos, step)
+	}
+	return fmt.Sprintf("%s/r%d/%d/%s", runID, replays, pos, step)
+}
+
+// overDeliveryLimit says why m is not to be run again: it came back
+// unsettled (its x-delivery-count, which quorum queues keep) as often as
+// the engine's DeliveryLimit allows, every worker that took it having died
+// or lost its connection holding it.
+func (e *Engine) overDeliveryLimit(m *broker.Message) error {
+	if e.cfg.DeliveryLimit <= 0 {
+		return nil
+	}
+	n, _ := transport.Int(m.Headers[headerDeliveryCount])
+	if n < int64(e.cfg.DeliveryLimit) {
+		return nil
+	}
+	return fmt.Errorf("%w: delivered %d times without being settled: every worker that took it died or lost its connection holding it", ErrDeliveryLimit, n+1)
+}
+
+// headerDeliveryCount is how many times a quorum queue took a message back
+// unsettled, on each of its redeliveries.
+const headerDeliveryCount = "x-delivery-count"
+
 // errRollBack rolls a transactional step's transaction back: the step
 // failed, or what it produced cannot go on.
 var errRollBack = errors.New("step failed: roll back")
@@ -208,19 +253,19 @@ func (r *stepRunner) run(ctx context.Context, m *broker.Message, key string, a *
 		span.SetAttributes(attribute.String("acemq.flow", r.f.name), attribute.String("acemq.step", r.spec.Name),
 			attribute.String("acemq.run_id", m.RunID), attribute.Int("acemq.attempt", m.Attempt))
 	}
-	var (
-		k                 kept
-		stepErr, giveUpEr error
-	)
+	var w worked
 	if r.spec.Transactional {
 		err := r.e.store.(patterns.TxStore).CompleteInTx(ctx, key, func(ctx context.Context) ([]byte, error) {
-			if k, stepErr, giveUpEr = r.work(ctx, m, a, slip, st); stepErr != nil || giveUpEr != nil {
+			if w = r.work(ctx, m, a, slip, st); w.stepErr != nil || w.giveUp != nil {
 				return nil, errRollBack
 			}
-			return k.encode()
+			return w.kept.encode()
 		})
 		switch {
-		case stepErr != nil || giveUpEr != nil:
+		case w.stepErr != nil || w.giveUp != nil:
+			// The step's writes were rolled back with the transaction:
+			// there is nothing of it to compensate.
+			w.after, w.unresolved = st, nil
 		case errors.Is(err, patterns.ErrClaimLost):
 			// Another delivery holds the step now; its outcome counts.
 			a.result = resultBusy
@@ -232,80 +277,126 @@ func (r *stepRunner) run(ctx context.Context, m *broker.Message, key string, a *
 			return broker.Retry(&patterns.StepError{Step: r.spec.Name, Err: fmt.Errorf("transaction: %w", err)})
 		}
 	} else {
-		k, stepErr, giveUpEr = r.work(ctx, m, a, slip, st)
-		if stepErr == nil && giveUpEr == nil {
-			r.e.keep(ctx, key, k)
+		w = r.work(ctx, m, a, slip, st)
+		if w.stepErr == nil && w.giveUp == nil {
+			r.e.keep(ctx, key, w.kept)
 		}
 	}
 	switch {
-	case stepErr != nil:
-		span.RecordError(stepErr)
-		span.SetStatus(codes.Error, stepErr.Error())
-		return r.failed(ctx, m, key, a, st, stepErr)
-	case giveUpEr != nil:
+	case w.stepErr != nil:
+		span.RecordError(w.stepErr)
+		span.SetStatus(codes.Error, w.stepErr.Error())
+		return r.failed(ctx, m, key, a, st, w.stepErr)
+	case w.giveUp != nil:
 		r.e.forget(ctx, key)
-		return broker.Reject(giveUpEr)
+		return r.giveUp(ctx, m, a, w.after, w.unresolved, w.giveUp)
 	}
-	return r.carryOut(ctx, key, a, k)
+	return r.carryOut(ctx, m, key, a, w.kept)
 }
 
-// work runs the step's function and works out what follows: k is what the
-// run came to at this step. stepErr is the step's own failure (retried or
-// given up by its policy); giveUp is a result that cannot go on, on this
-// attempt or any other.
-func (r *stepRunner) work(ctx context.Context, m *broker.Message, a *attempt, slip *patterns.RoutingSlip, st runState) (k kept, stepErr, giveUp error) {
+// worked is what running a step came to.
+type worked struct {
+	// kept is what the run came to at the step, to keep and carry out.
+	kept kept
+	// stepErr is the step's own failure (retried or given up by its
+	// policy); giveUp a result that cannot go on, on this attempt or any
+	// other.
+	stepErr, giveUp error
+	// after is the run's compensation state once the step's effect
+	// happened (its own entry added when it is compensable), and
+	// unresolved the step itself when its effect happened and its
+	// compensation cannot be given what it needs: what a give-up after
+	// the step ran compensates.
+	after      runState
+	unresolved []string
+}
+
+// work runs the step's function and works out what follows.
+func (r *stepRunner) work(ctx context.Context, m *broker.Message, a *attempt, slip *patterns.RoutingSlip, st runState) (w worked) {
 	out, err := r.call(ctx, m)
 	switch {
 	case errors.Is(err, dsl.End):
-		return keptOf(keptEnded, hop{}, broker.Outgoing{}), nil, nil
+		w.kept = keptOf(keptEnded, hop{}, broker.Outgoing{})
+		return w
 	case err != nil:
-		return kept{}, err, nil
+		w.stepErr = err
+		return w
 	}
+	w.after = st
 	if end, err := ended(out); end || err != nil {
 		if err != nil {
-			return kept{}, nil, &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)}
+			w.giveUp = &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)}
+			if r.spec.Compensable {
+				w.unresolved = []string{r.spec.Name}
+			}
+			return w
 		}
-		return keptOf(keptEnded, hop{}, broker.Outgoing{}), nil, nil
+		w.kept = keptOf(keptEnded, hop{}, broker.Outgoing{})
+		return w
+	}
+	if r.spec.Compensable {
+		entry, err := r.f.entry(r.spec.Name, out)
+		if err != nil {
+			w.giveUp, w.unresolved = &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)}, []string{r.spec.Name}
+			return w
+		}
+		w.after.Compensate = append(slices.Clip(st.Compensate), entry)
 	}
 	plan := hop{next: a.pos + 1}
 	if slip == nil {
 		if plan, err = r.f.plan(a.route, a.pos, out, time.Now()); err != nil {
 			// The work is done but where it goes cannot be worked out, on
 			// this attempt or any other: give it up for a person to see.
-			return kept{}, nil, &patterns.HopError{Step: r.spec.Name, To: "?", Err: broker.Fatal(err)}
+			w.giveUp = &patterns.HopError{Step: r.spec.Name, To: "?", Err: broker.Fatal(err)}
+			return w
 		}
-	}
-	if r.spec.Compensable {
-		entry, err := r.f.entry(r.spec.Name, out)
-		if err != nil {
-			return kept{}, nil, &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)}
-		}
-		st.Compensate = append(st.Compensate, entry)
 	}
 	if plan.next == len(a.route) {
-		return keptOf(keptDone, plan, broker.Outgoing{}), nil, nil
+		w.kept = keptOf(keptDone, plan, broker.Outgoing{})
+		return w
 	}
-	next, err := r.f.hopMessage(ctx, r.e.conn, m, a.route, plan.next, out, st, slip)
+	carried, spills := w.after, []spill(nil)
+	if r.spec.Compensable {
+		carried, spills = r.e.spill(m.RunID, a.replays, a.pos, w.after)
+	}
+	next, err := r.f.hopMessage(ctx, r.e.conn, m, a.route, plan.next, out, carried, slip)
 	if err != nil {
-		return kept{}, nil, &patterns.HopError{Step: r.spec.Name, To: a.route[plan.next], Err: broker.Fatal(err)}
+		w.giveUp = &patterns.HopError{Step: r.spec.Name, To: a.route[plan.next], Err: broker.Fatal(err)}
+		return w
 	}
 	if !plan.due.IsZero() {
 		markDue(&next, plan.due)
 	}
-	return keptOf(keptHop, plan, next), nil, nil
+	w.kept = keptOf(keptHop, plan, next)
+	w.kept.spills = spills
+	return w
 }
 
-// carryOut carries out what the run came to at the step, k: it sends the
-// hop on (again, for a redelivery), and says what to record and confirm.
-func (r *stepRunner) carryOut(ctx context.Context, key string, a *attempt, k kept) broker.Ack {
+// carryOut carries out what the run came to at the step, k: it keeps what
+// the run's compensations will need in the journal, sends the hop on (again,
+// for a redelivery), and says what to record and confirm. A hop the broker
+// refuses for what it is comes after the step's effect: the run is given
+// up and that effect compensated with the rest.
+func (r *stepRunner) carryOut(ctx context.Context, m *broker.Message, key string, a *attempt, k kept) broker.Ack {
 	switch {
 	case k.kind == keptEnded:
 		a.result = resultEnded
 	case k.kind == keptDone:
 		a.result, a.plan = resultDone, k.plan()
 	default:
-		if ack, ok := r.e.send(ctx, r.spec.Name, k); !ok {
-			return ack
+		if err := r.e.putSpills(ctx, m.RunID, k.spills); err != nil {
+			// The step is done and kept: its redelivery carries it out.
+			return broker.Retry(&patterns.HopError{Step: r.spec.Name, To: k.out.RoutingKey, Err: err})
+		}
+		if err := r.e.send(ctx, r.spec.Name, k); err != nil {
+			if !unsendable(err) {
+				return broker.Retry(err)
+			}
+			var after runState
+			if _, herr := readJSONHeader(k.out.Message.Headers, HeaderRun, &after); herr != nil {
+				return r.giveUp(ctx, m, a, runState{}, []string{r.spec.Name}, broker.Fatal(err))
+			}
+			return r.giveUp(ctx, m, a, after, nil, broker.Fatal(err))
 		}
 		a.result, a.plan = resultContinued, k.plan()
 		if !k.planned {
@@ -327,9 +418,9 @@ func (r *stepRunner) call(ctx context.Context, m *broker.Message) (any, error) {
 		defer cancel()
 	}
 	start := time.Now()
-	out, err := r.spec.Run(sctx, m.Decode)
+	out, err := r.spec.Run(sctx, decoder(m))
 	took := time.Since(start)
-	if r.spec.Timeout > 0 && took > r.spec.Timeout && !errors.Is(err, dsl.End) {
+	if r.spec.Timeout > 0 && took > r.spec.Timeout && !errors.Is(err, dsl.End) && !undecodable(err) {
 		// The work may or may not have happened: only a retry of an
 		// idempotent step can make that right, whatever the step said.
 		err = fmt.Errorf("%w: ran %s of %s (it returned %v)", ErrStepTimeout, took.Round(time.Millisecond), r.spec.Timeout, err)
@@ -342,31 +433,81 @@ func (r *stepRunner) call(ctx context.Context, m *broker.Message) (any, error) {
 	return out, err
 }
 
+// decoder reads m's payload with the flow's codec. A body that does not
+// fit the type it is read into is a *broker.DecodeError, whatever the codec
+// said: the consumer parks it, since no retry makes it fit.
+func decoder(m *broker.Message) func(any) error {
+	return func(v any) error {
+		err := m.Decode(v)
+		if err == nil || undecodable(err) {
+			return err
+		}
+		return &broker.DecodeError{ContentType: m.ContentType, Err: err}
+	}
+}
+
+// undecodable reports whether err is a body that cannot be read.
+func undecodable(err error) bool {
+	var de *broker.DecodeError
+	return errors.As(err, &de)
+}
+
 // failed lets the step's key go and decides what the failure becomes: a
-// retry, or the end of the run, whose compensation starts now (or is held
-// for a replay) before the consumer gives the message up. It says what the
-// consumer will do (attempt.expect), for the journal.
+// retry by the step's policy, or, once that is spent (or the failure is
+// fatal, or the body cannot be read), the end of the run (giveUp).
 func (r *stepRunner) failed(ctx context.Context, m *broker.Message, key string, a *attempt, st runState, err error) broker.Ack {
 	r.e.forget(ctx, key)
 	var fatal *broker.FatalError
-	isFatal := errors.As(err, &fatal)
+	if errors.As(err, &fatal) || undecodable(err) || r.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) != "" {
+		return r.giveUp(ctx, m, a, st, nil, err)
+	}
 	serr := &patterns.StepError{Step: r.spec.Name, Err: err}
-	final := isFatal || r.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) != ""
-	if final && len(st.Compensate) > 0 {
-		kind, until, cerr := r.e.startCompensation(ctx, r.f, m, st, r.spec.Name, err.Error(), r.f.hold)
+	a.err = serr
+	a.expect, a.reason, a.delay = expected(serr, false, r.policy, m)
+	return broker.Retry(serr)
+}
+
+// giveUp ends the run at this step for good, err saying why. What the run
+// completed (st; unresolved lists the steps whose effect happened and whose
+// compensation cannot be given what it needs) is compensated: now, or on
+// the ladder once the flow's HoldForReplay has passed. The consumer sets
+// the message aside (its dead-letter queue, or parked when it cannot be
+// read), unless the compensation started now: the compensation has the
+// run from there, nothing needs a person, and the message is accepted.
+// When the compensation cannot be started the message is put back, attempt
+// unchanged, rather than the run given up without it.
+func (r *stepRunner) giveUp(ctx context.Context, m *broker.Message, a *attempt, st runState, unresolved []string, err error) broker.Ack {
+	var serr error = err
+	var se *patterns.StepError
+	var he *patterns.HopError
+	if !errors.As(err, &se) && !errors.As(err, &he) {
+		serr = &patterns.StepError{Step: r.spec.Name, Err: err}
+	}
+	var fatal *broker.FatalError
+	reject := errors.As(err, &fatal) || undecodable(err)
+	a.err = serr
+	a.expect, a.reason, a.delay = expected(serr, reject, r.policy, m)
+	parked := a.expect == broker.OutcomeLabelParked
+	if len(st.Compensate) > 0 || len(unresolved) > 0 {
+		hold := r.f.hold
+		if parked {
+			hold = 0 // a replay of what cannot be read cannot help: undo it now
+		}
+		kind, until, cerr := r.e.startCompensation(ctx, r.f, m, st, unresolved, r.spec.Name, a.reason, hold)
 		if cerr != nil {
-			// Never give the run up without its compensation under way:
-			// put the message back, attempt unchanged, and try again.
+			// Never give the run up without its compensation under way.
 			r.e.log.Warn("compensation could not be started; the failed step will be tried again",
 				slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", cerr))
-			a.result = resultBusy
+			a.result, a.expect = resultBusy, ""
 			return broker.InProgress(r.e.cfg.InProgressDelay)
 		}
 		a.compensation, a.holdUntil = kind, until
+		if kind != compensationHeld && !parked {
+			a.result = resultCompensating
+			return broker.Accept()
+		}
 	}
-	a.err = serr
-	a.expect, a.reason, a.delay = expected(serr, isFatal, r.policy, m)
-	if isFatal {
+	if reject {
 		return broker.Reject(serr)
 	}
 	return broker.Retry(serr)
@@ -377,9 +518,8 @@ func (r *stepRunner) failed(ctx context.Context, m *broker.Message, key string, 
 // broker.Consumer decides it: the outcome it will report, with its reason
 // or retry delay, so that the handler can record it first.
 func expected(err error, reject bool, p broker.RetryPolicy, m *broker.Message) (outcome, reason string, delay time.Duration) {
-	var decodeErr *broker.DecodeError
 	switch {
-	case errors.As(err, &decodeErr):
+	case undecodable(err):
 		return broker.OutcomeLabelParked, err.Error(), 0
 	case reject:
 		return broker.OutcomeLabelDeadLettered, err.Error(), 0
@@ -406,7 +546,7 @@ func (r *stepRunner) duplicate(ctx context.Context, m *broker.Message, key strin
 	if err != nil {
 		return broker.Reject(&patterns.HopError{Step: r.spec.Name, To: "?", Err: broker.Fatal(err)})
 	}
-	return r.carryOut(ctx, key, a, k)
+	return r.carryOut(ctx, m, key, a, k)
 }
 
 // keep keeps k under key before it is carried out: a redelivery after a
@@ -423,11 +563,13 @@ func (e *Engine) keep(ctx context.Context, key string, k kept) {
 	}
 }
 
-// send sends a kept hop (through the ladder when it is not yet due). ok
-// is false when the broker did not take it; ack then says what becomes of
-// the delivery. The caller confirms the key once the run's events are
-// recorded: until then a redelivery sends the kept hop again.
-func (e *Engine) send(ctx context.Context, step string, k kept) (ack broker.Ack, ok bool) {
+// send sends a kept hop (through the ladder when it is not yet due). Its
+// error is a *patterns.HopError; unsendable tells one the broker refused
+// for what it is from one that may well go next time (unroutable, nacked:
+// a quorum queue between leaders nacks for a while after losing a node,
+// or lost with the connection). The caller confirms the key once the run's
+// events are recorded: until then a redelivery sends the kept hop again.
+func (e *Engine) send(ctx context.Context, step string, k kept) error {
 	var err error
 	if k.due.After(time.Now()) {
 		err = e.conn.Schedule(ctx, k.due, k.out)
@@ -435,17 +577,9 @@ func (e *Engine) send(ctx context.Context, step string, k kept) (ack broker.Ack,
 		err = e.conn.Send(ctx, k.out)
 	}
 	if err != nil {
-		he := &patterns.HopError{Step: step, To: k.out.RoutingKey, Err: err}
-		if unsendable(err) {
-			// Refused for what it is: it will be refused the next time too.
-			return broker.Reject(broker.Fatal(he)), false
-		}
-		// Unroutable, nacked (a quorum queue between leaders nacks for a
-		// while after losing a node) or lost with the connection: the same
-		// message may well go next time.
-		return broker.Retry(he), false
+		return &patterns.HopError{Step: step, To: k.out.RoutingKey, Err: err}
 	}
-	return broker.Accept(), true
+	return nil
 }
 
 // unsendable reports whether the broker refused a message for what it is

@@ -28,6 +28,8 @@ type Worker struct {
 	bgCtx      context.Context
 	stopBg     context.CancelFunc
 	background sync.WaitGroup
+	// tidier takes compensated runs' messages out of dead-letter queues.
+	tidier *tidier
 
 	closeOnce sync.Once
 	closeErr  error
@@ -60,7 +62,7 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 			return nil, err
 		}
 	}
-	w := &Worker{e: e}
+	w := &Worker{e: e, tidier: newTidier(e.conn, e.log)}
 	w.bgCtx, w.stopBg = context.WithCancel(context.Background())
 	for _, f := range fs {
 		w.flows = append(w.flows, f.name)
@@ -84,6 +86,7 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 		return nil, err
 	}
 	w.startHousekeeping()
+	w.background.Go(func() { w.tidier.run(w.bgCtx) })
 	return w, nil
 }
 
@@ -147,7 +150,7 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 		if s.External {
 			continue
 		}
-		r := newStepRunner(e, f, i)
+		r := newStepRunner(e, f, i, w.tidier.add)
 		opts := []broker.ConsumeOption{
 			broker.Existing(), broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
 			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled), broker.BeforeSettle(r.written),
@@ -160,7 +163,7 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 		}
 		if s.Compensable {
 			// Compensations run as many at once as their step does.
-			c := newCompRunner(e, f, i)
+			c := newCompRunner(e, f, i, w.tidier.add)
 			if err := w.start(ctx, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
 				broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
 				broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(c.written)); err != nil {

@@ -31,20 +31,28 @@ const (
 )
 
 // ReplayResult counts what a replay did: Moved copies confirmed by the
-// broker (and their originals acknowledged), Skipped messages the filter
-// declined (returned to the queue), and why it stopped ("" when it failed).
+// broker (and their originals acknowledged), Discarded messages
+// acknowledged without a copy (ReplayDiscard), Skipped messages the filter
+// declined (returned to the queue), and why it stopped ("" when it
+// failed).
 type ReplayResult struct {
-	Moved   int
-	Skipped int
-	Reason  ReplayReason
+	Moved     int
+	Discarded int
+	Skipped   int
+	Reason    ReplayReason
 }
 
-// String reads "moved 37, skipped 463 (drained)".
+// String reads "moved 37, skipped 463 (drained)", or "discarded 37, ..."
+// for a pass that discards.
 func (r ReplayResult) String() string {
-	if r.Reason == "" {
-		return fmt.Sprintf("moved %d, skipped %d", r.Moved, r.Skipped)
+	s := fmt.Sprintf("moved %d, skipped %d", r.Moved, r.Skipped)
+	if r.Discarded > 0 {
+		s = fmt.Sprintf("discarded %d, skipped %d", r.Discarded, r.Skipped)
 	}
-	return fmt.Sprintf("moved %d, skipped %d (%s)", r.Moved, r.Skipped, r.Reason)
+	if r.Reason == "" {
+		return s
+	}
+	return fmt.Sprintf("%s (%s)", s, r.Reason)
 }
 
 // Replay moves messages from the queue from (a dead-letter queue, usually)
@@ -96,6 +104,9 @@ func Replay(ctx context.Context, conn *broker.Conn, from string, opts ...ReplayO
 		if err := o(&cfg); err != nil {
 			return ReplayResult{}, fmt.Errorf("replay from %q: %w", from, err)
 		}
+	}
+	if cfg.discard && cfg.destSet {
+		return ReplayResult{}, fmt.Errorf("%w: replay from %q: a pass that discards sends nothing anywhere (ReplayTo)", broker.ErrInvalidOption, from)
 	}
 	if cfg.destSet && cfg.exchange == "" && cfg.key == from {
 		return ReplayResult{}, fmt.Errorf("%w: replay from %q back to itself would loop", broker.ErrInvalidOption, from)
@@ -172,7 +183,7 @@ type replayPass struct {
 
 	mu       sync.Mutex
 	result   ReplayResult
-	reserved int // moved plus in flight, for the limit
+	reserved int // moved, discarded, and in flight, for the limit
 	failure  error
 	// live is true while the consumer is subscribed; settled counts the
 	// acknowledgements sent meanwhile, deferred those held back (see
@@ -305,6 +316,10 @@ func (p *replayPass) read(ctx context.Context, sub transport.Subscription, items
 			p.giveBack(it, items, true)
 			continue
 		}
+		if p.cfg.discard {
+			p.discard(it, items)
+			continue
+		}
 		out, err := p.copyOf(d, env)
 		if err != nil {
 			p.fail(err)
@@ -354,6 +369,18 @@ func (p *replayPass) giveBack(it *replayItem, items chan<- *replayItem, skipped 
 		p.report()
 		p.mu.Unlock()
 	}
+	items <- it
+}
+
+// discard acknowledges it without a copy, in its turn among the items.
+func (p *replayPass) discard(it *replayItem, items chan<- *replayItem) {
+	p.ack(it.d, "discarded, but could not be acknowledged and will be there still")
+	close(it.done)
+	p.mu.Lock()
+	p.reserved++
+	p.result.Discarded++
+	p.report()
+	p.mu.Unlock()
 	items <- it
 }
 

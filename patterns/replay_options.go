@@ -20,6 +20,7 @@ type replayConfig struct {
 	restart  bool
 	progress func(ReplayResult)
 	inFlight int
+	discard  bool
 }
 
 // DefaultReplayInFlight is how many copies Replay has waiting for the
@@ -56,9 +57,9 @@ func ReplayTo(exchange, routingKey string) ReplayOption {
 	}
 }
 
-// ReplayLimit stops after n messages were moved (0, the default, is no
-// limit: against a queue somebody is still writing to, that may mean never
-// stopping). A negative n is refused.
+// ReplayLimit stops after n messages were moved (or discarded, with
+// ReplayDiscard); 0, the default, is no limit: against a queue somebody is
+// still writing to, that may mean never stopping. A negative n is refused.
 func ReplayLimit(n int) ReplayOption {
 	return func(c *replayConfig) error {
 		if n < 0 {
@@ -107,4 +108,13 @@ func ReplayInFlight(n int) ReplayOption {
 		c.inFlight = n
 		return nil
 	}
+}
+
+// ReplayDiscard acknowledges the messages the filter accepts without
+// copying them anywhere: what a dead-letter queue holds that no longer
+// needs a person (a run compensated since, say). They are gone once the
+// pass has read them, and counted as Discarded. It cannot be combined with
+// ReplayTo.
+func ReplayDiscard() ReplayOption {
+	return func(c *replayConfig) error { c.discard = true; return nil }
 }

@@ -119,6 +119,36 @@ func TestReplayInStages(t *testing.T) {
 	})
 }
 
+// TestReplayDiscard: a discarding pass takes out exactly the messages its
+// filter accepts, copies them nowhere, and leaves the rest in their order;
+// combined with a destination it is refused.
+func TestReplayDiscard(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("discard")
+		dlq := q + broker.DeadLetterSuffix
+		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology(q)))
+		replaySeed(h, conn, q, 40)
+		res, err := patterns.Replay(ctx, conn, dlq, patterns.ReplayDiscard(), patterns.ReplayFilter(replayEveryFourth))
+		require.NoError(t, err)
+		require.Equal(t, patterns.ReplayResult{Discarded: 10, Skipped: 30, Reason: patterns.ReplayReasonDrained}, res)
+		require.Equal(t, "discarded 10, skipped 30 (drained)", res.String())
+		require.Zero(t, h.Depth(q), "nothing was copied back")
+		left := h.Drain(dlq)
+		require.Len(t, left, 30)
+		prev := -1
+		for _, d := range left {
+			n := replayN(t, d.Body)
+			require.NotZero(t, n%4, "a discarded message is gone")
+			require.Greater(t, n, prev, "the rest keep their order")
+			prev = n
+		}
+		_, err = patterns.Replay(ctx, conn, dlq, patterns.ReplayDiscard(), patterns.ReplayTo("", q))
+		require.ErrorIs(t, err, broker.ErrInvalidOption)
+	})
+}
+
 // TestReplayToUnboundDestinationLosesNothing: nothing is bound to the
 // destination, so the first copy is returned; the replay stops with
 // ErrReplayFailed and every message is still in the dead-letter queue.

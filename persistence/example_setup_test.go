@@ -65,10 +65,7 @@ func exampleTables() persistence.Tables {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	p := "acemq_ex" + hex.EncodeToString(b[:]) + "_"
-	return persistence.Tables{
-		Migrations: p + "migrations", Outbox: p + "outbox", Idempotency: p + "idem",
-		Schemas: p + "schemas", SchemaCounter: p + "schema_ids", Runs: p + "runs", RunEvents: p + "run_events", CronFires: p + "cron_fires",
-	}
+	return persistence.PrefixedTables(p)
 }
 
 // dropExampleTables drops what exampleTables named.

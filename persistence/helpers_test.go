@@ -47,10 +47,7 @@ func tables(tb testing.TB, db *pgxpool.Pool) persistence.Tables {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	p := "acemq_t" + hex.EncodeToString(b[:]) + "_"
-	t := persistence.Tables{
-		Migrations: p + "migrations", Outbox: p + "outbox", Idempotency: p + "idem",
-		Schemas: p + "schemas", SchemaCounter: p + "schema_ids", Runs: p + "runs", RunEvents: p + "run_events", CronFires: p + "cron_fires",
-	}
+	t := persistence.PrefixedTables(p)
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -20,7 +20,8 @@ var ErrInvalidEvent = journal.ErrInvalidEvent
 // SQLJournalConfig configures a SQLJournal. The zero value is the
 // defaults.
 type SQLJournalConfig struct {
-	// Tables names the tables (only Runs and RunEvents are used here).
+	// Tables names the tables (only Runs, RunEvents and RunData are used
+	// here).
 	Tables Tables
 	// Retention is how long a stopped run is kept after it ended, for
 	// whoever runs PurgeEnded on a schedule (the worker, when it is set);
@@ -45,11 +46,15 @@ type SQLJournal struct {
 	db         DB
 	t          Tables
 	sql        journalStatements
+	dataSQL    dataStatements
 	retention  time.Duration
 	purgeBatch int
 }
 
-var _ journal.Journal = (*SQLJournal)(nil)
+var (
+	_ journal.Journal   = (*SQLJournal)(nil)
+	_ journal.DataStore = (*SQLJournal)(nil)
+)
 
 // NewSQLJournal returns a journal running on db (a pool, usually) over
 // tables MigrateTables created. It refuses a nil db, invalid table names
@@ -65,7 +70,7 @@ func NewSQLJournal(db DB, cfg SQLJournalConfig) (*SQLJournal, error) {
 	if cfg.Retention < 0 || cfg.PurgeBatch < 0 {
 		return nil, fmt.Errorf("%w: journal: negative retention %s or purge batch %d", broker.ErrInvalidOption, cfg.Retention, cfg.PurgeBatch)
 	}
-	j := &SQLJournal{db: db, t: t, sql: renderJournalStatements(t), retention: cfg.Retention, purgeBatch: cfg.PurgeBatch}
+	j := &SQLJournal{db: db, t: t, sql: renderJournalStatements(t), dataSQL: renderDataStatements(t), retention: cfg.Retention, purgeBatch: cfg.PurgeBatch}
 	if j.purgeBatch == 0 {
 		j.purgeBatch = DefaultPurgeBatch
 	}
@@ -104,7 +109,7 @@ func (j *SQLJournal) Record(ctx context.Context, events []journal.Event) error {
 }
 
 // PurgeEnded deletes the runs that ended more than olderThan ago (by the
-// database's clock), with their timelines, PurgeBatch runs per statement so
+// database's clock), with their timelines and data, PurgeBatch runs per statement so
 // that no statement holds many locks for long, and says how many runs
 // went. Runs that have not stopped are never deleted; runs a Record is
 // writing at that moment are skipped, not waited for. An event recorded
@@ -139,8 +144,8 @@ type journalBatch struct {
 // creates when the run is new (journal.NewRun of its first event, then
 // every event applied): the row inserted. For a run that exists the
 // statement merges instead: the earliest start (minStart), the input if
-// it has none, and run's status fields if hasStatus and run.Seq is not
-// below the row's.
+// it has none or the batch's is of a later replay (the run started again),
+// and run's status fields if hasStatus and run.Seq is not below the row's.
 type runFold struct {
 	run       journal.Run
 	minStart  *time.Time
@@ -194,7 +199,7 @@ func newJournalBatch(events []journal.Event) (journalBatch, error) {
 }
 
 // args are the record statement's parameters: one array per column, of
-// the runs ($1-$15) and of the timeline entries ($16-$31).
+// the runs ($1-$15, and $32) and of the timeline entries ($16-$31).
 func (b journalBatch) args() []any {
 	n := len(b.runs)
 	var (
@@ -202,7 +207,7 @@ func (b journalBatch) args() []any {
 		inputs                                         = make([][]byte, n)
 		started, updated                               = make([]time.Time, n), make([]time.Time, n)
 		ended, due, minStarts                          = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
-		replays                                        = make([]int, n)
+		replays, inputReplays                          = make([]int, n), make([]int, n)
 		seqs                                           = make([]int64, n)
 		hasStatus                                      = make([]bool, n)
 	)
@@ -213,7 +218,7 @@ func (b journalBatch) args() []any {
 			inputs[i] = r.Input
 		}
 		started[i], updated[i], ended[i], due[i], minStarts[i] = r.StartedAt, r.UpdatedAt, r.EndedAt, r.DueAt, f.minStart
-		replays[i], seqs[i], hasStatus[i] = r.Replays, r.Seq, f.hasStatus
+		replays[i], seqs[i], hasStatus[i], inputReplays[i] = r.Replays, r.Seq, f.hasStatus, r.InputReplays
 	}
 	m := len(b.events)
 	var (
@@ -233,5 +238,6 @@ func (b journalBatch) args() []any {
 	return []any{
 		ids, flows, statuses, steps, inputs, errs, started, updated, ended, due, deadLetters, replays, seqs, minStarts, hasStatus,
 		eRuns, eKeys, eSeqs, eKinds, eSteps, eAttempts, eOutcomes, eStarted, eEnded, eErrs, eQueues, eDue, eStatuses, eRunSteps, eReplays, eDeadLetters,
+		inputReplays,
 	}
 }

@@ -119,7 +119,7 @@ func (j *SQLJournal) Timeline(ctx context.Context, id string) ([]journal.Event, 
 
 // runColumns are what scanRun reads, in its order.
 const runColumns = `r.run_id, r.flow, r.status, r.step, r.input, r.error, r.started_at, r.updated_at,
-	r.ended_at, r.due_at, r.dead_letter, r.replays, r.seq`
+	r.ended_at, r.due_at, r.dead_letter, r.replays, r.seq, r.input_replays`
 
 func scanRun(row pgx.CollectableRow) (journal.Run, error) {
 	var (
@@ -128,7 +128,7 @@ func scanRun(row pgx.CollectableRow) (journal.Run, error) {
 		input  []byte
 	)
 	err := row.Scan(&r.ID, &r.Flow, &status, &r.Step, &input, &r.Error, &r.StartedAt, &r.UpdatedAt,
-		&r.EndedAt, &r.DueAt, &r.DeadLetter, &r.Replays, &r.Seq)
+		&r.EndedAt, &r.DueAt, &r.DeadLetter, &r.Replays, &r.Seq, &r.InputReplays)
 	r.Status = journal.Status(status)
 	if input != nil {
 		r.Input = json.RawMessage(input)
@@ -167,9 +167,9 @@ func renderJournalStatements(t Tables) journalStatements {
 			WITH b AS (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[],
 					$7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[],
-					$12::integer[], $13::bigint[], $14::timestamptz[], $15::boolean[])
+					$12::integer[], $13::bigint[], $14::timestamptz[], $15::boolean[], $32::integer[])
 				WITH ORDINALITY AS b(run_id, flow, status, step, input, error, started_at, updated_at,
-					ended_at, due_at, dead_letter, replays, seq, min_start, has_status, ord)
+					ended_at, due_at, dead_letter, replays, seq, min_start, has_status, input_replays, ord)
 			), entries AS (
 				-- Unreferenced, so it runs after the runs' upsert: every
 				-- batch locks runs, then entries, each in sorted order.
@@ -191,13 +191,15 @@ func renderJournalStatements(t Tables) journalStatements {
 						EXCLUDED.status, EXCLUDED.run_step, EXCLUDED.replays, EXCLUDED.dead_letter)
 			)
 			INSERT INTO {{runs}} AS cur (run_id, flow, status, step, input, error, started_at, updated_at,
-				ended_at, due_at, dead_letter, replays, seq)
+				ended_at, due_at, dead_letter, replays, seq, input_replays)
 			SELECT run_id, flow, status, step, input, error, started_at, updated_at,
-				ended_at, due_at, dead_letter, replays, seq
+				ended_at, due_at, dead_letter, replays, seq, input_replays
 			FROM b ORDER BY ord
 			ON CONFLICT (run_id) DO UPDATE SET
-				(started_at, input, status, step, error, updated_at, ended_at, due_at, dead_letter, replays, seq) = (
-				SELECT LEAST(cur.started_at, d.min_start), COALESCE(cur.input, EXCLUDED.input),
+				(started_at, input, input_replays, status, step, error, updated_at, ended_at, due_at, dead_letter, replays, seq) = (
+				SELECT LEAST(cur.started_at, d.min_start),
+					CASE WHEN d.newer_input THEN EXCLUDED.input ELSE cur.input END,
+					CASE WHEN d.newer_input THEN EXCLUDED.input_replays ELSE cur.input_replays END,
 					CASE WHEN d.apply THEN EXCLUDED.status ELSE cur.status END,
 					CASE WHEN d.apply THEN EXCLUDED.step ELSE cur.step END,
 					CASE WHEN d.apply THEN EXCLUDED.error ELSE cur.error END,
@@ -207,7 +209,8 @@ func renderJournalStatements(t Tables) journalStatements {
 					CASE WHEN d.apply THEN EXCLUDED.dead_letter ELSE cur.dead_letter END,
 					CASE WHEN d.apply THEN EXCLUDED.replays ELSE cur.replays END,
 					CASE WHEN d.apply THEN EXCLUDED.seq ELSE cur.seq END
-				FROM (SELECT ($14::timestamptz[])[i] AS min_start, ($15::boolean[])[i] AND EXCLUDED.seq >= cur.seq AS apply
+				FROM (SELECT ($14::timestamptz[])[i] AS min_start, ($15::boolean[])[i] AND EXCLUDED.seq >= cur.seq AS apply,
+				             EXCLUDED.input IS NOT NULL AND (cur.input IS NULL OR EXCLUDED.input_replays > cur.input_replays) AS newer_input
 				      FROM array_position($1::text[], EXCLUDED.run_id) AS i) AS d)`),
 		run: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = $1`),
 		timeline: t.render(`
@@ -226,6 +229,8 @@ func renderJournalStatements(t Tables) journalStatements {
 				DELETE FROM {{runs}} r USING victims v WHERE r.run_id = v.run_id RETURNING r.run_id
 			), entries AS (
 				DELETE FROM {{run_events}} e USING gone g WHERE e.run_id = g.run_id
+			), data AS (
+				DELETE FROM {{run_data}} d USING gone g WHERE d.run_id = g.run_id
 			)
 			SELECT count(*) FROM gone`),
 	}

@@ -272,6 +272,7 @@ func TestSQLJournalPurgeEndedInBatches(t *testing.T) {
 		last := journal.Event{RunID: id, Flow: "orders", Key: "last", Seq: 1, Kind: journal.KindStep, StartedAt: now.Add(-endedAgo),
 			EndedAt: now.Add(-endedAgo), Status: status}
 		require.NoError(t, j.Record(ctx, []journal.Event{start, last}))
+		require.NoError(t, j.PutData(ctx, id, "compensate/0/0/charge", []byte(id)))
 	}
 	var old []string
 	for i := range 10 {
@@ -303,6 +304,15 @@ func TestSQLJournalPurgeEndedInBatches(t *testing.T) {
 	var orphans int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM `+tb.RunEvents+` WHERE run_id = ANY($1)`, old).Scan(&orphans))
 	require.Zero(t, orphans, "their timelines went with them")
+	for _, id := range old {
+		_, err := j.Data(ctx, id, "compensate/0/0/charge")
+		require.ErrorIs(t, err, journal.ErrDataNotFound, "their data went with them")
+	}
+	for _, id := range kept {
+		got, err := j.Data(ctx, id, "compensate/0/0/charge")
+		require.NoError(t, err)
+		require.Equal(t, id, string(got))
+	}
 	for _, id := range kept {
 		tl, err := j.Timeline(ctx, id)
 		require.NoError(t, err, id)

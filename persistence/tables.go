@@ -23,6 +23,7 @@ const (
 	DefaultSchemaCounterTable = "acemq_schema_ids"
 	DefaultRunsTable          = "acemq_runs"
 	DefaultRunEventsTable     = "acemq_run_events"
+	DefaultRunDataTable       = "acemq_run_data"
 	DefaultCronFiresTable     = "acemq_cron_fires"
 )
 
@@ -51,8 +52,30 @@ type Tables struct {
 	Runs string
 	// RunEvents holds SQLJournal's timelines, one row per entry.
 	RunEvents string
+	// RunData holds the data SQLJournal keeps for runs (journal.DataStore).
+	RunData string
 	// CronFires holds SQLCronGuard's claimed ticks.
 	CronFires string
+}
+
+// PrefixedTables names every table prefix followed by its default name's
+// role ("svc_" gives svc_runs, svc_outbox, ...): several services, or
+// tests, sharing one database without sharing tables. Validate still
+// judges the names (a prefix that makes them too long, or not plain
+// identifiers, is refused there).
+func PrefixedTables(prefix string) Tables {
+	var t Tables
+	t = t.withDefaults()
+	for _, f := range t.pointers() {
+		*f = prefix + strings.TrimPrefix(*f, "acemq_")
+	}
+	return t
+}
+
+// pointers are t's fields, in the order of fields.
+func (t *Tables) pointers() []*string {
+	return []*string{&t.Migrations, &t.Outbox, &t.Idempotency, &t.Schemas, &t.SchemaCounter,
+		&t.Runs, &t.RunEvents, &t.RunData, &t.CronFires}
 }
 
 // Names lists every table t names (defaults filled in), the migrations
@@ -91,7 +114,7 @@ func (t Tables) fields() []tableField {
 	return []tableField{
 		{"migrations", t.Migrations}, {"outbox", t.Outbox}, {"idempotency", t.Idempotency},
 		{"schemas", t.Schemas}, {"schema counter", t.SchemaCounter},
-		{"runs", t.Runs}, {"run events", t.RunEvents}, {"cron fires", t.CronFires},
+		{"runs", t.Runs}, {"run events", t.RunEvents}, {"run data", t.RunData}, {"cron fires", t.CronFires},
 	}
 }
 
@@ -108,6 +131,7 @@ func (t Tables) withDefaults() Tables {
 	def(&t.SchemaCounter, DefaultSchemaCounterTable)
 	def(&t.Runs, DefaultRunsTable)
 	def(&t.RunEvents, DefaultRunEventsTable)
+	def(&t.RunData, DefaultRunDataTable)
 	def(&t.CronFires, DefaultCronFiresTable)
 	return t
 }
@@ -139,6 +163,7 @@ func (t Tables) render(sql string) string {
 		"{{runs_error_idx}}", q(t.Runs+"_error_idx"),
 		"{{runs_ended_idx}}", q(t.Runs+"_ended_idx"),
 		"{{run_events}}", q(t.RunEvents),
+		"{{run_data}}", q(t.RunData),
 		"{{cron_fires}}", q(t.CronFires),
 	).Replace(sql)
 }

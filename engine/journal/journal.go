@@ -19,6 +19,8 @@
 //     [Seq] orders a run's events: by replay, then by where in the run,
 //     then by attempt.
 //   - The first event of a run creates it; a start event sets its input.
+//     Of several, the input is that of the latest replay (a run started
+//     again), and of those the first recorded.
 package journal
 
 import (
@@ -135,6 +137,9 @@ type Run struct {
 	Replays int `json:"replays"`
 	// Seq is the Seq of the last event that changed the run.
 	Seq int64 `json:"-"`
+	// InputReplays is the replay count of the event Input came from: a
+	// run started again takes the input of its later start.
+	InputReplays int `json:"-"`
 }
 
 // Event is one entry of a run's timeline, and what it changes about the
@@ -214,6 +219,34 @@ type Journal interface {
 	// Timeline returns a run's events in order (by Seq, then time), or an
 	// error matching ErrRunNotFound.
 	Timeline(ctx context.Context, id string) ([]Event, error)
+}
+
+// ErrDataNotFound: a DataStore keeps nothing under that run and key: it
+// was never put, or went with its run (purged, or forgotten by a Memory
+// journal past its MaxRuns).
+var ErrDataNotFound = errors.New("run data not found")
+
+// DataStore is a journal that also keeps data a run needs later and that
+// is too large to travel in its messages' headers: what a completed step
+// returned, for its compensation. Data lives as long as its run in the
+// journal and goes with it. Both shipped journals implement it; the
+// engine keeps such data only in a journal that does.
+type DataStore interface {
+	// PutData keeps data under (runID, key), replacing what was there. It
+	// refuses a run id or key that is not Text, or empty.
+	PutData(ctx context.Context, runID, key string, data []byte) error
+	// Data returns what PutData kept under (runID, key), or an error
+	// matching ErrDataNotFound.
+	Data(ctx context.Context, runID, key string) ([]byte, error)
+}
+
+// CheckDataKey refuses, with an error matching ErrInvalidEvent, a run id or
+// data key no DataStore can keep: empty, or not Text.
+func CheckDataKey(runID, key string) error {
+	if runID == "" || key == "" || !Text(runID) || !Text(key) {
+		return fmt.Errorf("%w: run data %q of run %q: want non-empty UTF-8 text without NUL bytes", ErrInvalidEvent, key, runID)
+	}
+	return nil
 }
 
 // Validate refuses, with an error matching ErrInvalidEvent, an event no

@@ -23,6 +23,9 @@ type Memory struct {
 
 	mu   sync.RWMutex
 	runs map[string]*memRun
+	// data is what PutData kept, by run: apart from runs, since data may
+	// be put before anything of its run is recorded.
+	data map[string]map[string][]byte
 }
 
 type memRun struct {
@@ -39,7 +42,7 @@ func NewMemory(maxRuns int) (*Memory, error) {
 	if maxRuns == 0 {
 		maxRuns = DefaultMaxRuns
 	}
-	return &Memory{max: maxRuns, runs: map[string]*memRun{}}, nil
+	return &Memory{max: maxRuns, runs: map[string]*memRun{}, data: map[string]map[string][]byte{}}, nil
 }
 
 // Record applies events by the package's rules. A batch holding an event
@@ -77,15 +80,18 @@ func NewRun(e Event) Run {
 }
 
 // Apply applies e to r by the package's rules (r is e's run): the earliest
-// start, the input of the first start event, and e's status change unless
-// r already shows a later one.
+// start, the input of the first start event of the latest replay (a run
+// started again), and e's status change unless r already shows a later
+// one.
 func Apply(r *Run, e Event) {
 	if e.Kind == KindStart && e.StartedAt.Before(r.StartedAt) {
 		// A run first heard of from a later event started when it says.
 		r.StartedAt = e.StartedAt
 	}
-	if len(e.Input) > 0 && len(r.Input) == 0 {
-		r.Input = e.Input
+	if len(e.Input) > 0 && (len(r.Input) == 0 || e.Replays > r.InputReplays) {
+		// The first input of the latest replay: a run started again is
+		// known by what it was started with last.
+		r.Input, r.InputReplays = e.Input, e.Replays
 	}
 	if e.Status == "" || e.Seq < r.Seq {
 		return
@@ -121,7 +127,46 @@ func (m *Memory) evictLocked() {
 	// limit does not sort on every record.
 	for _, r := range all[:len(m.runs)-m.max+m.max/10] {
 		delete(m.runs, r.run.ID)
+		delete(m.data, r.run.ID)
 	}
+}
+
+// PutData keeps data under (runID, key), replacing what was there (see
+// DataStore). The data goes when its run is forgotten; data of a run never
+// recorded is forgotten, oldest runs first, once it is kept for more runs
+// than MaxRuns.
+func (m *Memory) PutData(_ context.Context, runID, key string, data []byte) error {
+	if err := CheckDataKey(runID, key); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.data[runID]
+	if d == nil {
+		d = map[string][]byte{}
+		m.data[runID] = d
+	}
+	d[key] = append([]byte(nil), data...)
+	if len(m.data) > m.max {
+		for id := range m.data {
+			if _, known := m.runs[id]; !known && id != runID {
+				delete(m.data, id)
+			}
+		}
+	}
+	return nil
+}
+
+// Data returns what PutData kept under (runID, key), or an error matching
+// ErrDataNotFound.
+func (m *Memory) Data(_ context.Context, runID, key string) ([]byte, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	b, ok := m.data[runID][key]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q of run %q", ErrDataNotFound, key, runID)
+	}
+	return append([]byte(nil), b...), nil
 }
 
 // Run returns one run, or an error matching ErrRunNotFound.

@@ -160,10 +160,7 @@ func (s *scope) migratedTables(ctx context.Context) (persistence.Tables, error) 
 		return persistence.Tables{}, errors.New("no database")
 	}
 	p := TablePrefix(s.cfg.ID) + randomHex(5) + "_"
-	t := persistence.Tables{
-		Migrations: p + "migrations", Outbox: p + "outbox", Idempotency: p + "idem",
-		Schemas: p + "schemas", SchemaCounter: p + "schema_ids", Runs: p + "runs", RunEvents: p + "run_events", CronFires: p + "cron_fires",
-	}
+	t := persistence.PrefixedTables(p)
 	s.tables = append(s.tables, t.Names()...)
 	if err := persistence.MigrateTables(ctx, s.cfg.DB, t); err != nil {
 		return t, fmt.Errorf("create the tables: %w", err)

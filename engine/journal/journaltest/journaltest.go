@@ -38,6 +38,8 @@ func Run(t *testing.T, open Open) {
 		"input kept from the start only": inputFromStart,
 		"a batch touching a run twice":   batchTouchingRunTwice,
 		"invalid events refused":         invalidEventsRefused,
+		"run data":                       runData,
+		"input of a run started again":   inputOfRunStartedAgain,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -404,4 +406,61 @@ func invalidEventsRefused(t *testing.T, j journal.Journal) {
 	require.NoError(t, err)
 	require.NotNil(t, runs, "no runs is an empty list, not nil (JSON [] rather than null)")
 	require.Empty(t, runs)
+}
+
+// runData: a journal keeps a run's data by (run, key), a later put
+// replacing an earlier one, bytes exactly as given (not text), apart from
+// other runs and keys; what was never put is ErrDataNotFound; a key no
+// journal can keep is refused.
+func runData(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	ds, ok := j.(journal.DataStore)
+	require.True(t, ok, "%T keeps no run data (journal.DataStore)", j)
+	_, err := ds.Data(ctx, "d1", "compensate/0/1/charge")
+	require.ErrorIs(t, err, journal.ErrDataNotFound)
+
+	blob := []byte{0xff, 0x00, 0xfe, 'x'}
+	require.NoError(t, ds.PutData(ctx, "d1", "compensate/0/1/charge", blob))
+	require.NoError(t, ds.PutData(ctx, "d2", "compensate/0/1/charge", []byte("other run")))
+	require.NoError(t, ds.PutData(ctx, "d1", "compensate/0/2/ship", []byte("other key")))
+	got, err := ds.Data(ctx, "d1", "compensate/0/1/charge")
+	require.NoError(t, err)
+	require.Equal(t, blob, got)
+
+	big := []byte(strings.Repeat("a", 300_000))
+	require.NoError(t, ds.PutData(ctx, "d1", "compensate/0/1/charge", big))
+	got, err = ds.Data(ctx, "d1", "compensate/0/1/charge")
+	require.NoError(t, err)
+	require.Equal(t, big, got, "a later put replaces the earlier")
+	got, err = ds.Data(ctx, "d2", "compensate/0/1/charge")
+	require.NoError(t, err)
+	require.Equal(t, "other run", string(got))
+
+	for _, bad := range [][2]string{{"", "k"}, {"d1", ""}, {"d1", "k\x00"}, {"d\xff", "k"}} {
+		require.ErrorIs(t, ds.PutData(ctx, bad[0], bad[1], nil), journal.ErrInvalidEvent, "%q", bad)
+	}
+}
+
+// inputOfRunStartedAgain: a start of a later replay (the run started
+// again) replaces the run's input; a late copy of the first start does not
+// take it back.
+func inputOfRunStartedAgain(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	first := start("a1", "orders", 0, `{"id":1}`)
+	record(t, j, first, step("a1", "orders", "validate", 0, 1, 1, "completed", journal.Completed, "validate"))
+	again := start("a1", "orders", 10, `{"id":2}`)
+	again.Key, again.Seq, again.Replays = "start/1", journal.Seq(1, 0, 1, 0), 1
+	record(t, j, again)
+	r, err := j.Run(ctx, "a1")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"id":2}`, string(r.Input))
+	require.Equal(t, journal.Running, r.Status)
+	require.Equal(t, 1, r.Replays)
+	record(t, j, first)
+	r, err = j.Run(ctx, "a1")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"id":2}`, string(r.Input), "the first start, recorded late, does not take the input back")
+	tl, err := j.Timeline(ctx, "a1")
+	require.NoError(t, err)
+	require.Len(t, tl, 3, "the timeline keeps both starts")
 }

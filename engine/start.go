@@ -112,10 +112,17 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 	if err != nil {
 		// If the message did get through after all, its first step's
 		// events come later in the run and take it on.
+		// Written before Start returns, so that a caller retrying under
+		// the run id finds the run not started, and starts it.
 		now := time.Now()
-		e.record(ctx, journal.Event{RunID: p.res.RunID, Flow: flowName, Kind: journal.KindStart, Outcome: "not started",
+		n := p.res.Replays
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		defer cancel()
+		if rerr := e.writer.RecordSync(rctx, journal.Event{RunID: p.res.RunID, Flow: flowName, Kind: journal.KindStart, Outcome: "not started",
 			StartedAt: now, EndedAt: now, Error: err.Error(), Status: journal.Failed, RunStep: p.events[0].RunStep,
-			Seq: journal.Seq(0, 0, 1, 1), Key: "start-failed"})
+			Replays: n, Seq: notStartedSeq(n), Key: fmt.Sprintf("start-failed/%d", n)}); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("record that it did not start: %w", rerr))
+		}
 		return p.res, fmt.Errorf("start %q: %w", flowName, err)
 	}
 	e.metrics.started(ctx, flowName)
@@ -187,7 +194,7 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	if err != nil {
 		return started{}, err
 	}
-	n := 0
+	n, retried := 0, false
 	if cfg.runID == "" {
 		cfg.runID = broker.NewID()
 	} else {
@@ -199,6 +206,7 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 			return started{res: Started{RunID: run.ID, Flow: run.Flow, Existing: true, Status: run.Status}, done: true}, nil
 		case run != nil:
 			n = run.Replays + 1
+			retried = run.Status == journal.Failed && run.Seq == notStartedSeq(n)
 		}
 	}
 	p := started{res: Started{RunID: cfg.runID, Flow: f.name, Replays: n}}
@@ -218,6 +226,10 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 		StartedAt: now, EndedAt: now, Input: raw, Status: journal.Running, Replays: n, Seq: journal.Seq(n, 0, 1, 0), Key: "start"}
 	if n > 0 {
 		start.Outcome, start.Key = fmt.Sprintf("started again (replay %d)", n), fmt.Sprintf("start/%d", n)
+	}
+	if retried {
+		// After the failed start's event, which it takes back.
+		start.Outcome, start.Seq, start.Key = "started (retried)", notStartedSeq(n)+1, fmt.Sprintf("start-retried/%d", n)
 	}
 	if cfg.outcome != "" {
 		start.Outcome = cfg.outcome
@@ -250,8 +262,14 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	return p, nil
 }
 
+// notStartedSeq is the Seq of the event that says a run (replay n) was not
+// started: its first message may not have got through, so a start under
+// its id (a caller retrying) starts it, rather than returning it as it is.
+func notStartedSeq(n int) int64 { return journal.Seq(n, 0, 1, 1) }
+
 // existing looks up the run cfg names: nil when the journal does not know
-// it; again says it is to be started again (StartAgain), rather than
+// it, or knows only that it was not started (a retry of that start is that
+// start); again says it is to be started again (StartAgain), rather than
 // returned as it is.
 func (e *Engine) existing(ctx context.Context, f *flow, cfg startConfig) (run *journal.Run, again bool, err error) {
 	r, err := e.journal.Run(ctx, cfg.runID)
@@ -260,6 +278,10 @@ func (e *Engine) existing(ctx context.Context, f *flow, cfg startConfig) (run *j
 		return nil, false, nil
 	case err != nil:
 		return nil, false, fmt.Errorf("start %q: look up run %s: %w", f.name, cfg.runID, err)
+	case r.Status == journal.Failed && r.Seq == notStartedSeq(r.Replays) && r.Flow == f.name:
+		// This is a retry of that start (again, when it was a start again).
+		r.Replays--
+		return &r, true, nil
 	case !cfg.again:
 		return &r, false, nil
 	case r.Flow != f.name:

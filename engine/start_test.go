@@ -139,3 +139,37 @@ func TestStartAsksThePayloadToValidate(t *testing.T) {
 		require.NoError(t, err)
 	})
 }
+
+// TestStartRetriedAfterItFailedStarts: a start whose first message did not
+// reach the broker is journalled as not started; a caller retrying it under
+// the same run id starts it then, rather than being handed the run that
+// never began.
+func TestStartRetriedAfterItFailedStarts(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name, dsl.Step("a", appendStep(ef, "a"))))
+		fx.work()
+		ctx := brokertest.Ctx(t)
+		id := fx.name + "-retried"
+		now := time.Now()
+		// What Start records when the broker did not confirm the first message.
+		require.NoError(t, fx.journal.Record(ctx, []journal.Event{
+			{RunID: id, Flow: fx.name, Kind: journal.KindStart, Outcome: "started", StartedAt: now, EndedAt: now,
+				Status: journal.Running, RunStep: "a", Seq: journal.Seq(0, 0, 1, 0), Key: "start", Input: []byte(`{}`)},
+			{RunID: id, Flow: fx.name, Kind: journal.KindStart, Outcome: "not started", StartedAt: now, EndedAt: now,
+				Error: "connection lost before the publish was confirmed", Status: journal.Failed, RunStep: "a",
+				Seq: journal.Seq(0, 0, 1, 1), Key: "start-failed/0"},
+		}))
+		res, err := fx.eng.Start(ctx, fx.name, Order{ID: "r"}, engine.RunID(id))
+		require.NoError(t, err)
+		require.False(t, res.Existing, "a retry of a start that failed is that start")
+		require.NoError(t, fx.eng.Flush(ctx))
+		r, err := fx.eng.Journal().Run(ctx, id)
+		require.NoError(t, err)
+		require.NotEqual(t, journal.Failed, r.Status, "no longer failed once retried")
+		fx.waitStatus(id, journal.Completed, 10*time.Second)
+		require.Equal(t, 1, ef.get(id, "a"))
+		fx.waitOutcomes(id, []string{"start::started", "start::not started", "start::started (retried)", "step:a:completed"})
+	})
+}

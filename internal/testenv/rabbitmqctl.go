@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -141,6 +142,33 @@ func QueuePolicies(tb testing.TB, rawURL string) map[string]string {
 		}
 		name, policy, _ := strings.Cut(line, "\t")
 		policies[name] = strings.TrimSpace(policy)
+	}
+	return policies
+}
+
+// Policy is a policy as rabbitmqctl list_policies shows it.
+type Policy struct {
+	Pattern  string `json:"pattern"`
+	ApplyTo  string `json:"apply-to"`
+	Priority int    `json:"priority"`
+	// Definition is the definition's JSON.
+	Definition string `json:"definition"`
+}
+
+// Policies are the policies of the virtual host of rawURL, by name.
+func Policies(tb testing.TB, rawURL string) map[string]Policy {
+	tb.Helper()
+	out := rabbitmqctl(tb, "list_policies", "-p", vhostOf(tb, rawURL), "--formatter", "json")
+	var rows []struct {
+		Name string `json:"name"`
+		Policy
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		tb.Fatalf("rabbitmqctl list_policies printed %q: %v", out, err)
+	}
+	policies := make(map[string]Policy, len(rows))
+	for _, r := range rows {
+		policies[r.Name] = r.Policy
 	}
 	return policies
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,6 +124,10 @@ type Conn struct {
 
 	mu        sync.Mutex
 	consumers map[*Consumer]struct{}
+
+	// limited holds the queues Declare found with an x-delivery-limit of an
+	// earlier version, so that each is warned about once.
+	limited sync.Map
 }
 
 // Open connects with the default Config; see Config.Open.
@@ -247,12 +250,12 @@ func (c *Conn) Config() Config { return c.cfg }
 // Declare declares every exchange, queue and binding of t; a reconnecting
 // transport declares them again on every new connection. It refuses, before
 // anything is sent, a stream or quorum queue declared transient, exclusive or
-// auto-delete (*QueueTypeError). A queue t gives an x-delivery-limit that
-// exists without one (declared by an earlier version of this library, or by
-// another AceMQ library that sets none) is declared as it exists, with a
-// warning naming the policy that gives it a limit: refusing it would stop
-// every consumer of an existing deployment. A queue that exists with another
-// limit is refused as the broker refuses it (PRECONDITION_FAILED).
+// auto-delete (*QueueTypeError). A queue t declares without an
+// x-delivery-limit that exists with one (a consumer queue declared by an
+// earlier version of this library) is declared as it exists, with its
+// limit, and logged once as a warning: refusing it would stop every
+// consumer of an existing deployment. Any other difference is refused as
+// the broker refuses it (PRECONDITION_FAILED).
 func (c *Conn) Declare(ctx context.Context, t Topology) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -262,15 +265,20 @@ func (c *Conn) Declare(ctx context.Context, t Topology) error {
 	}
 	err := c.transport.Declare(ctx, t)
 	for err != nil {
-		var queue string
-		var ok bool
-		if t, queue, ok = withoutRefusedDeliveryLimit(t, err); !ok {
+		var (
+			queue string
+			limit int64
+			ok    bool
+		)
+		if t, queue, limit, ok = withExistingDeliveryLimit(t, err); !ok {
 			break
 		}
-		c.log.Warn("queue exists without a delivery limit; declared as it is", slog.String("queue", queue),
-			slog.String("consequence", "a message that kills every consumer it reaches is delivered for ever"),
-			slog.String("remedy", fmt.Sprintf(`rabbitmqctl set_policy --apply-to queues 'acemq-delivery-limit:%s' '^%s$' '{"delivery-limit":%d}'`,
-				queue, regexp.QuoteMeta(queue), DefaultDeliveryLimit)))
+		if _, warned := c.limited.LoadOrStore(queue, struct{}{}); !warned {
+			c.log.Warn("queue exists with the x-delivery-limit of an earlier version; declared as it is",
+				slog.String("queue", queue), slog.Int64("x-delivery-limit", limit),
+				slog.String("consequence", "the other AceMQ libraries, which declare it without the argument, are refused (PRECONDITION_FAILED)"),
+				slog.String("remedy", "give consumer queues their limit by policy (acemq-flow topology apply, docs/operations.md); then, with its consumers stopped and the queue empty, delete it and let them declare it again"))
+		}
 		err = c.transport.Declare(ctx, t)
 	}
 	if err != nil {

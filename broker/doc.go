@@ -23,8 +23,10 @@
 //
 // # Consuming
 //
-// [Conn.Consume] declares the queue with its .dlq and .parked, and runs a
-// [Handler]. The handler's [Ack] is settled exactly once: accepted, retried
+// [Conn.Consume] declares the queue with its .dlq and .parked
+// ([ConsumerTopology]: exactly the arguments every AceMQ library declares,
+// so that any of them can declare the queue too; its delivery limit is the
+// operator's policy, [DeliveryLimitPolicy]), and runs a [Handler]. The handler's [Ack] is settled exactly once: accepted, retried
 // through the scheduler ladder (attempt + 1), given up into .dlq with
 // x-acemq-error, or put back with the attempt unchanged. Every move of a
 // message is published mandatory and confirmed before the original delivery

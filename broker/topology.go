@@ -3,7 +3,9 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/acemq/acemq-flow/broker/transport"
@@ -42,84 +44,71 @@ func QuorumQueue(name string, args Table) Queue {
 	return Queue{Name: name, Durable: true, Args: a}
 }
 
-// DefaultDeliveryLimit is the x-delivery-limit of a consumer's queue unless
-// ConsumerQueues says otherwise: RabbitMQ 4's own default for quorum queues.
-const DefaultDeliveryLimit = 20
-
-// ConsumerQueues configures the queues a consumer owns (a config struct: the
-// zero value is the defaults). Consume declares them with the defaults; a
-// deployment that wants others declares ConsumerQueues{...}.Topology(queue)
-// itself and consumes with Existing.
-type ConsumerQueues struct {
-	// DeliveryLimit is the queue's x-delivery-limit: how many times the
-	// broker takes a message back unsettled (a consumer's connection or
-	// process died holding it, a nack with requeue) before it dead-letters
-	// it to queue.dlq instead of delivering it again. It is what ends a
-	// message that kills every consumer it reaches, such as one whose
-	// headers the client library cannot read. 0 means DefaultDeliveryLimit;
-	// a negative value declares no limit (such a message is then delivered
-	// for ever).
-	DeliveryLimit int
-}
-
-// Topology is what consuming queue declares: the queue itself with its
-// delivery limit, dead-lettering to queue.dlq through the default exchange
-// (so even a broker-side reject lands there rather than nowhere), and
-// queue.dlq and queue.parked beside it. These two have no delivery limit:
-// without a dead-letter exchange of their own, the broker would drop what
-// went past it.
-func (c ConsumerQueues) Topology(queue string) Topology {
-	args := Table{
-		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": queue + DeadLetterSuffix,
-	}
-	switch {
-	case c.DeliveryLimit == 0:
-		args[argDeliveryLimit] = int64(DefaultDeliveryLimit)
-	case c.DeliveryLimit > 0:
-		args[argDeliveryLimit] = int64(c.DeliveryLimit)
-	}
+// ConsumerTopology is what consuming queue declares (docs/wire.md, "Queues
+// a consumer owns"): the queue itself, dead-lettering to queue.dlq through
+// the default exchange (so even a broker-side reject lands there rather
+// than nowhere), and queue.dlq and queue.parked beside it. The queue
+// carries exactly these arguments, as every AceMQ library declares it:
+// RabbitMQ compares every argument on a redeclaration, so one more (an
+// x-delivery-limit, say) would make whichever service declares it second
+// fail. Its delivery limit is the operator's: DeliveryLimitPolicy.
+func ConsumerTopology(queue string) Topology {
 	return Topology{Queues: []Queue{
-		QuorumQueue(queue, args),
+		QuorumQueue(queue, Table{
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": queue + DeadLetterSuffix,
+		}),
 		QuorumQueue(queue+DeadLetterSuffix, nil),
 		QuorumQueue(queue+ParkedSuffix, nil),
 	}}
 }
 
-// ConsumerTopology is what consuming queue declares: ConsumerQueues with
-// its defaults.
-func ConsumerTopology(queue string) Topology { return ConsumerQueues{}.Topology(queue) }
-
-// argDeliveryLimit is the quorum queue argument ConsumerQueues sets.
+// argDeliveryLimit is the quorum queue argument earlier versions of this
+// library declared consumer queues with.
 const argDeliveryLimit = "x-delivery-limit"
 
-// withoutRefusedDeliveryLimit undoes what adding the delivery limit breaks:
-// RabbitMQ refuses (406) a declaration with an x-delivery-limit the existing
-// queue does not have, and a queue declared by an earlier version of this
-// library, or by an AceMQ library that does not set one, has none. When err
-// is that refusal for a queue of t, it returns t with the argument dropped
-// from that queue, and the queue's name. It reads the broker's reason
-// ("inequivalent arg 'x-delivery-limit' for queue 'Q' in vhost '/': received
-// ... but current is none"), which the loopback words the same way: AMQP
-// says nothing more structured.
-func withoutRefusedDeliveryLimit(t Topology, err error) (Topology, string, bool) {
+// refusedForDeliveryLimit reads the broker's refusal of a declaration that
+// leaves out the x-delivery-limit an existing queue has ("inequivalent arg
+// 'x-delivery-limit' for queue 'Q' in vhost '/': received none but current
+// is the value '20' of type 'long'"), which the loopback words the same
+// way: AMQP says nothing more structured. The value is any AMQP integer.
+var refusedForDeliveryLimit = regexp.MustCompile(`^PRECONDITION_FAILED - inequivalent arg '` + argDeliveryLimit +
+	`' for queue '(.*)' in vhost '.*': received none but current is the value '(-?[0-9]+)' of type '(?:byte|short|signedint|long|unsignedbyte|unsignedshort|unsignedint)'$`)
+
+// withExistingDeliveryLimit tolerates a consumer queue declared by an
+// earlier version of this library, which gave it x-delivery-limit: when
+// err is the broker's refusal to declare a queue of t without the limit
+// it has, it returns t with that queue declared as it exists (with its
+// limit, as a long: RabbitMQ compares integers of any width by value), the
+// queue's name and the limit.
+func withExistingDeliveryLimit(t Topology, err error) (Topology, string, int64, bool) {
 	var ae *transport.AMQPError
-	if !errors.As(err, &ae) || ae.Code != transport.PreconditionFailed ||
-		!strings.Contains(ae.Reason, "inequivalent arg '"+argDeliveryLimit+"'") || !strings.HasSuffix(ae.Reason, "but current is none") {
-		return t, "", false
+	if !errors.As(err, &ae) || ae.Code != transport.PreconditionFailed {
+		return t, "", 0, false
+	}
+	m := refusedForDeliveryLimit.FindStringSubmatch(ae.Reason)
+	if m == nil {
+		return t, "", 0, false
+	}
+	limit, perr := strconv.ParseInt(m[2], 10, 64)
+	if perr != nil {
+		return t, "", 0, false
 	}
 	for i, q := range t.Queues {
-		if _, ok := q.Args[argDeliveryLimit]; !ok || !strings.Contains(ae.Reason, "for queue '"+q.Name+"' in vhost") {
+		if _, ok := q.Args[argDeliveryLimit]; ok || q.Name != m[1] {
 			continue
 		}
 		out := t
 		out.Queues = slices.Clone(t.Queues)
 		q.Args = q.Args.Clone()
-		delete(q.Args, argDeliveryLimit)
+		if q.Args == nil {
+			q.Args = Table{}
+		}
+		q.Args[argDeliveryLimit] = limit
 		out.Queues[i] = q
-		return out, q.Name, true
+		return out, q.Name, limit, true
 	}
-	return t, "", false
+	return t, "", 0, false
 }
 
 // QueueTypeError is a declaration of a queue RabbitMQ replicates (a stream

@@ -94,15 +94,15 @@ func TestWireAsAnotherLibrarySeesIt(t *testing.T) {
 }
 
 // TestConsumerQueueArguments pins what consuming Q declares (docs/wire.md,
-// "Queues a consumer owns"): a broker holding Q with any other arguments
-// would refuse every AceMQ library's declaration.
+// "Queues a consumer owns"): exactly the contract's arguments, since a
+// broker holding Q with any other arguments (an x-delivery-limit, say)
+// would refuse every other AceMQ library's declaration.
 func TestConsumerQueueArguments(t *testing.T) {
 	t.Parallel()
 	top := broker.ConsumerTopology("orders")
 	require.Equal(t, []broker.Queue{
 		{Name: "orders", Durable: true, Args: broker.Table{
-			"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq",
-			"x-delivery-limit": int64(20)}},
+			"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"}},
 		{Name: "orders.dlq", Durable: true, Args: broker.Table{"x-queue-type": "quorum"}},
 		{Name: "orders.parked", Durable: true, Args: broker.Table{"x-queue-type": "quorum"}},
 	}, top.Queues)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/acemq/acemq-flow/broker/transport"
 )
@@ -80,7 +81,7 @@ func (c *conn) declareQueue(q transport.Queue) error {
 		}
 		if key := inequivalentArg(existing.args, args); key != "" {
 			return amqpError(transport.PreconditionFailed,
-				"inequivalent arg '%s' for queue '%s' in vhost '/': received %v but current is %v", key, q.Name, describeArg(args, key), describeArg(existing.args, key))
+				"inequivalent arg '%s' for queue '%s' in vhost '/': received %s but current is %s", key, q.Name, describeArg(args, existing.args, key), describeArg(existing.args, args, key))
 		}
 		return nil
 	}
@@ -114,12 +115,59 @@ func (c *conn) declareQueue(q transport.Queue) error {
 	return nil
 }
 
-func describeArg(args transport.Table, key string) string {
+// describeArg words the value of args[key] as RabbitMQ does when it
+// refuses a redeclaration, other being the arguments on the other side:
+// "none" when args has none, the bare value when both have one, and "the
+// value '20' of type 'long'" when only args has one. Conn.Declare reads
+// the last form to declare a queue with the x-delivery-limit it has.
+func describeArg(args, other transport.Table, key string) string {
 	v, ok := args[key]
 	if !ok {
 		return "none"
 	}
-	return fmt.Sprintf("'%v' (%T)", v, v)
+	if _, both := other[key]; both {
+		return fmt.Sprintf("'%v'", v)
+	}
+	return fmt.Sprintf("the value '%v' of type '%s'", v, amqpType(v))
+}
+
+// amqpType is RabbitMQ's name for the AMQP field type amqp091-go sends v
+// as.
+func amqpType(v any) string {
+	switch v.(type) {
+	case bool:
+		return "bool"
+	case int8:
+		return "byte"
+	case uint8:
+		return "unsignedbyte"
+	case int16:
+		return "short"
+	case uint16:
+		return "unsignedshort"
+	case int32:
+		return "signedint"
+	case uint32:
+		return "unsignedint"
+	case int64, int:
+		return "long"
+	case float32:
+		return "float"
+	case float64:
+		return "double"
+	case string:
+		return "longstr"
+	case []byte:
+		return "binary"
+	case time.Time:
+		return "timestamp"
+	case transport.Table, map[string]any:
+		return "table"
+	case []any:
+		return "array"
+	default:
+		return "void"
+	}
 }
 
 // declareBinding binds a queue to an exchange; binding again with the same

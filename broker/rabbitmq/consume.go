@@ -194,7 +194,8 @@ func (sub *subscription) consumeOn(s *session, args transport.Table, probe bool)
 //
 // A connection lost because amqp091 could not read a frame the broker sent
 // (a message whose headers it refuses) is lost again as soon as the broker
-// redelivers that message, until the queue's delivery limit dead-letters it.
+// redelivers that message, until the queue's delivery limit (an operator's
+// policy, or RabbitMQ 4's default; without one, never) dead-letters it.
 // Every message delivered together with it is taken back with it and counts
 // a delivery too, and would reach the limit at the same time, so after such
 // a loss the subscription comes back as a probe with prefetch 1: it receives

@@ -31,6 +31,15 @@
 // node; TLS settings on an amqp:// URL are refused ([ErrInvalidTLS]) rather
 // than ignored.
 //
+// # The management API
+//
+// What AMQP cannot do, setting a policy, goes through the management
+// plugin's HTTP API: [Config.Management] finds it from the AMQP URL (the
+// node's host, port 15672, https on 15671 for amqps:// with the same TLS
+// settings; the URL's user, password and virtual host) or from a URL given,
+// and [Management.SetPolicy] sets a [Policy]. An API that does not answer
+// is [ErrManagementUnavailable]; one that refuses, a [*ManagementError].
+//
 // # Publishing
 //
 // Publishes go through a small pool of confirm-mode channels, each with many

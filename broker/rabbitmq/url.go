@@ -120,11 +120,7 @@ func parseNode(raw string) error {
 func parseOne(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("%w: %v (a password with reserved characters must be percent-encoded)", ErrInvalidURL, err)
+		return nil, fmt.Errorf("%w: %v (a password with reserved characters must be percent-encoded)", ErrInvalidURL, unwrapURLError(err))
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
 		return nil, fmt.Errorf("%w: scheme %q, want amqp or amqps", ErrInvalidURL, u.Scheme)

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -95,9 +96,9 @@ length([rabbit_networking:close_connection(P, "test") || P <- rabbit_networking:
 
 // VHost creates a RabbitMQ virtual host of the test's own, lets guest use
 // it, and returns the RabbitMQ test URL pointing at it; the virtual host,
-// with everything in it, is deleted when the test ends. For a test that
-// must use fixed names (a shipped flow's exchange and queues) on a broker
-// other tests share.
+// with everything in it (its policies too), is deleted when the test ends.
+// For a test that must use fixed names (a shipped flow's exchange and
+// queues, a policy's name) on a broker other tests share.
 func VHost(tb testing.TB) string {
 	tb.Helper()
 	raw := RabbitURL(tb)
@@ -106,21 +107,95 @@ func VHost(tb testing.TB) string {
 		tb.Fatalf("ACEMQ_TEST_URL: %v", err)
 	}
 	name := Name(tb, "vhost")
-	ctl := func(args ...string) {
-		tb.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput(); err != nil {
-			tb.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	ctl("add_vhost", name)
-	tb.Cleanup(func() { ctl("delete_vhost", name) })
+	rabbitmqctl(tb, "add_vhost", name)
+	tb.Cleanup(func() { rabbitmqctl(tb, "delete_vhost", name) })
 	user := "guest"
 	if u.User != nil {
 		user = u.User.Username()
 	}
-	ctl("set_permissions", "-p", name, user, ".*", ".*", ".*")
+	rabbitmqctl(tb, "set_permissions", "-p", name, user, ".*", ".*", ".*")
 	u.Path = "/" + name
 	return u.String()
+}
+
+// SetPolicy sets a policy with rabbitmqctl set_policy in the virtual host
+// of the RabbitMQ URL rawURL, as an operator does (docs/operations.md), and
+// clears it when the test ends. Its name must be unique to the test, or its
+// virtual host (VHost). definition is JSON, such as {"delivery-limit":20}.
+func SetPolicy(tb testing.TB, rawURL, name, pattern, applyTo, definition string) {
+	tb.Helper()
+	vhost := vhostOf(tb, rawURL)
+	rabbitmqctl(tb, "set_policy", "-p", vhost, "--apply-to", applyTo, name, pattern, definition)
+	tb.Cleanup(func() { rabbitmqctl(tb, "clear_policy", "-p", vhost, name) })
+}
+
+// QueuePolicies is the policy RabbitMQ applies to each queue of the virtual
+// host of rawURL ("" for none), as rabbitmqctl list_queues reads it from
+// the queues themselves (the management API's copy lags by seconds).
+func QueuePolicies(tb testing.TB, rawURL string) map[string]string {
+	tb.Helper()
+	out := rabbitmqctl(tb, "list_queues", "-p", vhostOf(tb, rawURL), "--no-table-headers", "name", "policy")
+	policies := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		name, policy, _ := strings.Cut(line, "\t")
+		policies[name] = strings.TrimSpace(policy)
+	}
+	return policies
+}
+
+// Policy is a policy as rabbitmqctl list_policies shows it.
+type Policy struct {
+	Pattern  string `json:"pattern"`
+	ApplyTo  string `json:"apply-to"`
+	Priority int    `json:"priority"`
+	// Definition is the definition's JSON.
+	Definition string `json:"definition"`
+}
+
+// Policies are the policies of the virtual host of rawURL, by name.
+func Policies(tb testing.TB, rawURL string) map[string]Policy {
+	tb.Helper()
+	out := rabbitmqctl(tb, "list_policies", "-p", vhostOf(tb, rawURL), "--formatter", "json")
+	var rows []struct {
+		Name string `json:"name"`
+		Policy
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		tb.Fatalf("rabbitmqctl list_policies printed %q: %v", out, err)
+	}
+	policies := make(map[string]Policy, len(rows))
+	for _, r := range rows {
+		policies[r.Name] = r.Policy
+	}
+	return policies
+}
+
+// vhostOf is the virtual host a RabbitMQ URL names, as amqp091-go reads it
+// ("/" when it names none).
+func vhostOf(tb testing.TB, rawURL string) string {
+	tb.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		tb.Fatalf("vhostOf: %v", err)
+	}
+	if v := strings.TrimPrefix(u.Path, "/"); v != "" {
+		return v
+	}
+	return "/"
+}
+
+// rabbitmqctl runs rabbitmqctl -q with args and returns what it printed,
+// failing the test when it fails.
+func rabbitmqctl(tb testing.TB, args ...string) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

@@ -62,6 +62,31 @@ func service(tb testing.TB, env, def, port string) string {
 	if u.Port() == "" {
 		host = net.JoinHostPort(strings.Trim(u.Hostname(), "[]"), port)
 	}
+	answers(tb, env, host, "set "+env+" to a reachable service to run this test")
+	return raw
+}
+
+// ManagementURL returns the base URL of the RabbitMQ management API beside
+// the test broker, where acemq-flow topology apply finds it: the host of
+// ACEMQ_TEST_URL, port 15672. It skips (or fails, under
+// ACEMQ_REQUIRE_SERVICES=1) when nothing answers there; .ci/run enables
+// the plugin.
+func ManagementURL(tb testing.TB) string {
+	tb.Helper()
+	u, err := url.Parse(RabbitURL(tb))
+	if err != nil {
+		tb.Fatalf("ACEMQ_TEST_URL is not a URL: %v", err)
+	}
+	host := net.JoinHostPort(strings.Trim(u.Hostname(), "[]"), "15672")
+	answers(tb, "the management API beside ACEMQ_TEST_URL", host, "enable it (rabbitmq-plugins enable rabbitmq_management) to run this test")
+	return "http://" + host + "/"
+}
+
+// answers skips the test, or fails it when services are required, unless
+// something accepts a TCP connection at host; what names the service and
+// remedy says how to provide it.
+func answers(tb testing.TB, what, host, remedy string) {
+	tb.Helper()
 	reachMu.Lock()
 	err, seen := reach[host]
 	if !seen {
@@ -75,11 +100,10 @@ func service(tb testing.TB, env, def, port string) string {
 	reachMu.Unlock()
 	if err != nil {
 		if Required() {
-			tb.Fatalf("%s (%s) does not answer and ACEMQ_REQUIRE_SERVICES=1: %v", env, host, err)
+			tb.Fatalf("%s (%s) does not answer and ACEMQ_REQUIRE_SERVICES=1: %v", what, host, err)
 		}
-		tb.Skipf("set %s to a reachable service to run this test (%s: %v)", env, host, err)
+		tb.Skipf("%s (%s: %v)", remedy, host, err)
 	}
-	return raw
 }
 
 // Name returns a name unique to this test run, prefixed for reading in a

@@ -1,7 +1,7 @@
 package transporttest
 
 import (
-	"strings"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -77,31 +77,43 @@ var queueTests = map[string]func(*testing.T, suite){
 		require.Equal(t, 1, ready(t, tr, q.Name))
 	},
 	"DeliveryLimitIsComparedOnRedeclare": func(t *testing.T, s suite) {
+		// broker.Conn.Declare reads the refusal of a declaration that
+		// leaves out the limit a queue has, in any integer width, to
+		// declare a queue of an earlier version as it exists; the others
+		// it must not mistake for it.
 		tr := s.connect(t)
-		quorum := transport.Queue{Name: testenv.Name(t, "delivery-limit"), Durable: true, Args: transport.Table{"x-queue-type": "quorum"}}
-		declare(t, tr, transport.Topology{Queues: []transport.Queue{quorum}})
-		limited := quorum
-		limited.Args = transport.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(20)}
-		// broker.Conn.Declare reads this refusal to declare a queue that
-		// exists without a limit as it is.
-		err := tr.Declare(ctx(t), transport.Topology{Queues: []transport.Queue{limited}})
-		require.True(t, transport.IsCode(err, transport.PreconditionFailed), "added limit: want 406, got %v", err)
-		require.ErrorContains(t, err, "inequivalent arg 'x-delivery-limit' for queue '"+quorum.Name+"' in vhost")
-		require.True(t, strings.HasSuffix(err.Error(), "but current is none"), "the reason says the queue has none: %v", err)
-
-		other := testenv.Name(t, "delivery-limit")
-		limited.Name = other
-		declare(t, tr, transport.Topology{Queues: []transport.Queue{limited}})
-		for name, args := range map[string]transport.Table{
-			"other limit":   {"x-queue-type": "quorum", "x-delivery-limit": int64(5)},
-			"limit missing": {"x-queue-type": "quorum"},
-		} {
-			err := tr.Declare(ctx(t), transport.Topology{Queues: []transport.Queue{{Name: other, Durable: true, Args: args}}})
-			require.True(t, transport.IsCode(err, transport.PreconditionFailed), "%s: want 406, got %v", name, err)
-			require.False(t, strings.HasSuffix(err.Error(), "but current is none"), "%s: %v", name, err)
+		refused := func(t *testing.T, q transport.Queue, received, current string) {
+			t.Helper()
+			err := tr.Declare(ctx(t), transport.Topology{Queues: []transport.Queue{q}})
+			var ae *transport.AMQPError
+			require.ErrorAs(t, err, &ae)
+			require.Equal(t, transport.PreconditionFailed, ae.Code, "want 406, got %v", err)
+			require.Regexp(t, "^"+regexp.QuoteMeta("PRECONDITION_FAILED - inequivalent arg 'x-delivery-limit' for queue '"+q.Name+"' in vhost '")+
+				"[^']*"+regexp.QuoteMeta("': received "+received+" but current is "+current)+"$", ae.Reason)
 		}
-		require.NoError(t, tr.Declare(ctx(t), transport.Topology{Queues: []transport.Queue{{Name: other, Durable: true,
-			Args: transport.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(20)}}}}), "the same limit in another width")
+		quorum := func(limit any) transport.Table {
+			args := transport.Table{"x-queue-type": "quorum"}
+			if limit != nil {
+				args["x-delivery-limit"] = limit
+			}
+			return args
+		}
+
+		unlimited := transport.Queue{Name: testenv.Name(t, "delivery-limit"), Durable: true, Args: quorum(nil)}
+		declare(t, tr, transport.Topology{Queues: []transport.Queue{unlimited}})
+		refused(t, transport.Queue{Name: unlimited.Name, Durable: true, Args: quorum(int64(20))}, "the value '20' of type 'long'", "none")
+
+		for limit, typ := range map[any]string{
+			int8(7): "byte", uint8(7): "unsignedbyte", int16(7): "short", uint16(7): "unsignedshort",
+			int32(7): "signedint", uint32(7): "unsignedint", int64(7): "long",
+		} {
+			q := transport.Queue{Name: testenv.Name(t, "delivery-limit"), Durable: true, Args: quorum(limit)}
+			declare(t, tr, transport.Topology{Queues: []transport.Queue{q}})
+			refused(t, transport.Queue{Name: q.Name, Durable: true, Args: quorum(nil)}, "none", "the value '7' of type '"+typ+"'")
+			refused(t, transport.Queue{Name: q.Name, Durable: true, Args: quorum(int64(5))}, "'5'", "'7'")
+			require.NoError(t, tr.Declare(ctx(t), transport.Topology{Queues: []transport.Queue{{Name: q.Name, Durable: true,
+				Args: quorum(int64(7))}}}), "the same limit in another width (%s)", typ)
+		}
 	},
 	"InvalidQueueArgumentsAreRefused": func(t *testing.T, s suite) {
 		tr := s.connect(t)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
-	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
 // result is what one run of the command line left behind.
@@ -195,29 +194,6 @@ func TestTopologyApplyOnTheEmbeddedBroker(t *testing.T) {
 	require.Zero(t, r.code, r.stderr)
 	require.NotContains(t, r.stderr, "embedded")
 	require.Equal(t, broker.LadderTopology("explicit").String()+"\n", r.stdout)
-}
-
-func TestTopologyApplyOnRabbitMQ(t *testing.T) {
-	t.Parallel()
-	url := testenv.RabbitURL(t)
-	ladder := testenv.Name(t, "ladder")
-	t.Cleanup(func() { deleteLadder(t, url, ladder) })
-
-	r := execute(t, map[string]string{"ACEMQ_URL": url}, "topology", "apply", "--ladder", ladder)
-	require.Zero(t, r.code, r.stderr)
-	require.NotContains(t, r.stderr, "embedded")
-	require.NotContains(t, r.stderr, "guest:guest")
-	require.Equal(t, broker.LadderTopology(ladder).String()+"\n", r.stdout)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	conn, err := broker.Open(ctx, url)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, conn.Close(ctx)) }()
-	for _, q := range broker.LadderTopology(ladder).Queues {
-		_, err := conn.Transport().Inspect(ctx, q.Name)
-		require.NoError(t, err, q.Name)
-	}
 }
 
 // deleteLadder removes a test's own scheduler ladder from the broker.

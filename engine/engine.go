@@ -29,11 +29,11 @@ const (
 	// enough that a busy worker does not fill its memory with keys.
 	DefaultIdempotencyWindow = 15 * time.Minute
 	// DefaultDeliveryLimit is how many times a delivery may come back
-	// unsettled before a worker gives it up unrun: the delivery-limit
-	// policy docs/operations.md gives the queues (and RabbitMQ 4's
-	// default), so that the engine, which records why, sets such a message
-	// aside on the last delivery the broker makes.
-	DefaultDeliveryLimit = 20
+	// unsettled before a worker gives it up unrun: the delivery limit of
+	// broker.DeliveryLimitPolicy (and RabbitMQ 4's default), so that the
+	// engine, which records why, sets such a message aside on the last
+	// delivery the broker makes.
+	DefaultDeliveryLimit = broker.DeliveryLimit
 )
 
 // Config configures an Engine. The zero value is not usable (Conn is

@@ -30,10 +30,11 @@ func (j *SQLJournal) Run(ctx context.Context, id string) (journal.Run, error) {
 	return runs[0], nil
 }
 
-// Runs returns the runs q selects, newest first (by start, then run id),
-// at most q.Limit (journal.DefaultLimit when 0 or less). ErrorContains is
-// matched case-insensitively by the database's ILIKE, its % and _ taken
-// literally.
+// Runs returns the runs q selects, in q.Order: newest first (by start,
+// then run id), or with journal.SoonestDue the runs with a due time, by
+// due time, then run id; at most q.Limit (journal.DefaultLimit when 0 or
+// less). ErrorContains is matched case-insensitively by the database's
+// ILIKE, its % and _ taken literally.
 func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, error) {
 	limit := q.Limit
 	if limit <= 0 {
@@ -71,6 +72,9 @@ func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, 
 	if q.ErrorContains != "" {
 		shape |= listByError
 		args = append(args, "%"+likeEscaper.Replace(q.ErrorContains)+"%")
+	}
+	if q.Order == journal.SoonestDue {
+		shape |= listByDue
 	}
 	rows, err := j.db.Query(ctx, j.sql.list[shape], args...)
 	if err != nil {
@@ -152,13 +156,14 @@ func utcPtr(t *time.Time) *time.Time {
 const (
 	listByFlow = 1 << iota
 	listByError
+	listByDue
 )
 
 // journalStatements are the journal's statements, rendered for its tables
 // once.
 type journalStatements struct {
 	record, run, timeline, purge string
-	list                         [4]string
+	list                         [8]string
 }
 
 func renderJournalStatements(t Tables) journalStatements {
@@ -232,33 +237,40 @@ func renderJournalStatements(t Tables) journalStatements {
 	// $1 statuses, $2 since, $3 before, $4 limit, then the flow and the
 	// error pattern when the shape has them.
 	for shape := range s.list {
-		var flow, needle string
+		var filter, needle string
 		next := 5
 		if shape&listByFlow != 0 {
-			flow = fmt.Sprintf(" AND r.flow = $%d", next)
+			filter = fmt.Sprintf(" AND r.flow = $%d", next)
 			next++
 		}
 		if shape&listByError != 0 {
 			needle = fmt.Sprintf(" AND r.error <> '' AND r.error ILIKE $%d", next)
 		}
+		order := `r.started_at DESC, r.run_id DESC`
+		if shape&listByDue != 0 {
+			filter += ` AND r.due_at IS NOT NULL`
+			order = `r.due_at, r.run_id`
+		}
 		if needle == "" {
-			// One newest-first index range per status, merged: a few
-			// hundred rows read whatever the table holds.
+			// One index range per status (newest first, or soonest due
+			// first on the runs with a due time), merged: a few hundred
+			// rows read whatever the table holds.
 			s.list[shape] = t.render(`
 				SELECT ` + runColumns + ` FROM unnest($1::text[]) AS s(status)
 				CROSS JOIN LATERAL (
 					SELECT * FROM {{runs}} r
-					WHERE r.status = s.status` + flow + ` AND r.started_at >= $2 AND r.started_at < $3
-					ORDER BY r.started_at DESC, r.run_id DESC LIMIT $4) r
-				ORDER BY r.started_at DESC, r.run_id DESC LIMIT $4`)
+					WHERE r.status = s.status` + filter + ` AND r.started_at >= $2 AND r.started_at < $3
+					ORDER BY ` + order + ` LIMIT $4) r
+				ORDER BY ` + order + ` LIMIT $4`)
 			continue
 		}
 		// Runs with an error are few; their partial index is walked
-		// newest first until the limit matches.
+		// newest first until the limit matches (or, soonest due first,
+		// read whole and sorted).
 		s.list[shape] = t.render(`
 			SELECT ` + runColumns + ` FROM {{runs}} r
-			WHERE r.status = ANY($1::text[]) AND r.started_at >= $2 AND r.started_at < $3` + flow + needle + `
-			ORDER BY r.started_at DESC, r.run_id DESC LIMIT $4`)
+			WHERE r.status = ANY($1::text[]) AND r.started_at >= $2 AND r.started_at < $3` + filter + needle + `
+			ORDER BY ` + order + ` LIMIT $4`)
 	}
 	return s
 }

@@ -108,7 +108,7 @@ func (a *app) scheduleListCommand() *cobra.Command {
 	bf.add(cmd)
 	addOutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&flow, "flow", "", "only this flow")
-	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many waits")
+	cmd.Flags().IntVar(&limit, "limit", 100, "list this many waits, those due soonest")
 	return cmd
 }
 

@@ -38,6 +38,7 @@ func Run(t *testing.T, open Open) {
 		"input kept from the start only": inputFromStart,
 		"a batch touching a run twice":   batchTouchingRunTwice,
 		"invalid events refused":         invalidEventsRefused,
+		"soonest due first":              soonestDueFirst,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -404,4 +405,60 @@ func invalidEventsRefused(t *testing.T, j journal.Journal) {
 	require.NoError(t, err)
 	require.NotNil(t, runs, "no runs is an empty list, not nil (JSON [] rather than null)")
 	require.Empty(t, runs)
+}
+
+// wait is an event holding the run on the ladder until due.
+func wait(run, flow string, s, due int) journal.Event {
+	d := at(due)
+	return journal.Event{RunID: run, Flow: flow, Key: "delay/ship", Seq: journal.Seq(0, 3, 0, 0), Kind: journal.KindDelay,
+		Step: "ship", Outcome: "waiting", StartedAt: at(s), EndedAt: at(s), DueAt: &d, Status: journal.Waiting, RunStep: "ship"}
+}
+
+func soonestDueFirst(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	// Started in one order, due in another: the runs started last are not
+	// the ones due first.
+	record(t, j, start("d-a", "orders", 0, `{}`), wait("d-a", "orders", 1, 500))
+	record(t, j, start("d-b", "orders", 10, `{}`), wait("d-b", "orders", 11, 100))
+	held := step("d-c", "orders", "ship", 2, 1, 21, "failed", journal.Failed, "ship")
+	held.Error, held.DeadLetter = "no courier", "orders.ship.dlq"
+	hold := at(300)
+	held.DueAt = &hold
+	record(t, j, start("d-c", "orders", 20, `{}`), held)
+	record(t, j, start("d-d", "orders", 30, `{}`), step("d-d", "orders", "ship", 2, 1, 31, "completed", journal.Completed, "ship"))
+	record(t, j, start("d-e", "orders", 40, `{}`), wait("d-e", "orders", 41, 100))
+	record(t, j, start("d-f", "refunds", 50, `{}`), wait("d-f", "refunds", 51, 50))
+	waitingOrHeld := []journal.Status{journal.Waiting, journal.Failed}
+	for _, c := range []struct {
+		name string
+		q    journal.Query
+		want []string
+	}{
+		{"every run with a due time; a tie by id", journal.Query{Order: journal.SoonestDue}, []string{"d-f", "d-b", "d-e", "d-c", "d-a"}},
+		{"the limit keeps the soonest", journal.Query{Order: journal.SoonestDue, Statuses: waitingOrHeld, Limit: 3}, []string{"d-f", "d-b", "d-e"}},
+		{"of a flow", journal.Query{Order: journal.SoonestDue, Flow: "orders", Statuses: waitingOrHeld, Limit: 2}, []string{"d-b", "d-e"}},
+		{"held only", journal.Query{Order: journal.SoonestDue, Statuses: []journal.Status{journal.Failed}}, []string{"d-c"}},
+		{"with an error", journal.Query{Order: journal.SoonestDue, ErrorContains: "COURIER"}, []string{"d-c"}},
+		{"started since", journal.Query{Order: journal.SoonestDue, Since: at(15)}, []string{"d-f", "d-e", "d-c"}},
+		{"started before", journal.Query{Order: journal.SoonestDue, Flow: "orders", Before: at(15)}, []string{"d-b", "d-a"}},
+		{"newest first is still the default", journal.Query{Statuses: waitingOrHeld, Limit: 2}, []string{"d-f", "d-e"}},
+	} {
+		got, err := j.Runs(ctx, c.q)
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.want, runIDs(got), c.name)
+		if c.q.Order == journal.SoonestDue {
+			for _, r := range got {
+				require.NotNil(t, r.DueAt, "%s: %s", c.name, r.ID)
+			}
+		}
+	}
+}
+
+// runIDs are the ids of runs, in order.
+func runIDs(runs []journal.Run) []string {
+	out := make([]string, len(runs))
+	for i, r := range runs {
+		out[i] = r.ID
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -87,6 +88,60 @@ func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, 
 	return runs, nil
 }
 
+// RunsByIDPrefix returns the runs whose id begins with prefix, in id
+// order (by bytes, as the column's "C" collation sorts), at most limit
+// (journal.DefaultLimit when 0 or less). It reads one range of the
+// primary key, from prefix to the least text above every text that
+// begins with it, so a short prefix costs no more than its limit. A
+// prefix that is not UTF-8 text without NUL bytes begins no run's id.
+func (j *SQLJournal) RunsByIDPrefix(ctx context.Context, prefix string, limit int) ([]journal.Run, error) {
+	if limit <= 0 {
+		limit = journal.DefaultLimit
+	}
+	if !journal.Text(prefix) {
+		return []journal.Run{}, nil
+	}
+	stmt, args := j.sql.prefix, []any{prefix, limit}
+	if end, ok := prefixEnd(prefix); ok {
+		stmt, args = j.sql.prefixBounded, append(args, end)
+	}
+	rows, err := j.db.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: runs whose id begins with %q: %w", j.t.Runs, prefix, err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRun)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: runs whose id begins with %q: %w", j.t.Runs, prefix, err)
+	}
+	return runs, nil
+}
+
+// prefixEnd is the least text above every text that begins with prefix,
+// in byte order (for UTF-8, the order of code points): prefix with its
+// last rune made the next one, surrogates skipped, after dropping
+// trailing U+10FFFF runes, which have no next. There is none (false) for
+// "" and a prefix of U+10FFFF runes only. prefix is valid UTF-8.
+func prefixEnd(prefix string) (string, bool) {
+	r := []rune(prefix)
+	for i := len(r) - 1; i >= 0; i-- {
+		if r[i] == unicode.MaxRune {
+			continue
+		}
+		next := r[i] + 1
+		if next >= surrogateMin && next <= surrogateMax {
+			next = surrogateMax + 1
+		}
+		return string(r[:i]) + string(next), true
+	}
+	return "", false
+}
+
+// The UTF-16 surrogates, which are not runes of UTF-8 text.
+const (
+	surrogateMin = 0xd800
+	surrogateMax = 0xdfff
+)
+
 // likeEscaper makes a text match itself in a LIKE pattern (backslash is
 // LIKE's default escape).
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
@@ -163,7 +218,10 @@ const (
 // once.
 type journalStatements struct {
 	record, run, timeline, purge string
-	list                         [8]string
+	// prefix and prefixBounded are RunsByIDPrefix's, without and with an
+	// end to the range.
+	prefix, prefixBounded string
+	list                  [8]string
 }
 
 func renderJournalStatements(t Tables) journalStatements {
@@ -215,6 +273,9 @@ func renderJournalStatements(t Tables) journalStatements {
 				FROM (SELECT ($14::timestamptz[])[i] AS min_start, ($15::boolean[])[i] AND EXCLUDED.seq >= cur.seq AS apply
 				      FROM array_position($1::text[], EXCLUDED.run_id) AS i) AS d)`),
 		run: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = $1`),
+		// $1 the prefix, $2 the limit, $3 where the prefix's range ends.
+		prefix:        t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id >= $1 ORDER BY r.run_id LIMIT $2`),
+		prefixBounded: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id >= $1 AND r.run_id < $3 ORDER BY r.run_id LIMIT $2`),
 		timeline: t.render(`
 			SELECT r.flow, e.key, e.seq, e.kind, e.step, e.attempt, e.outcome, e.started_at, e.ended_at,
 				e.error, e.queue, e.due_at, e.status, e.run_step, e.replays, e.dead_letter

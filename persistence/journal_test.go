@@ -191,6 +191,13 @@ func sameJournals(t *testing.T, want, got journal.Journal) {
 		}
 		require.Equal(t, w, g, "query %+v", q)
 	}
+	for _, prefix := range []string{"", "r", "r1", "r10", "r1x", "x"} {
+		w, err := want.RunsByIDPrefix(ctx, prefix, 5)
+		require.NoError(t, err)
+		g, err := got.RunsByIDPrefix(ctx, prefix, 5)
+		require.NoError(t, err)
+		require.Equal(t, w, g, "prefix %q", prefix)
+	}
 }
 
 // TestSQLJournalTwoWorkersSameRuns: two journals on one database (two

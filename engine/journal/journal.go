@@ -227,6 +227,10 @@ type Journal interface {
 	Run(ctx context.Context, id string) (Run, error)
 	// Runs returns the runs q selects, in q's Order.
 	Runs(ctx context.Context, q Query) ([]Run, error)
+	// RunsByIDPrefix returns the runs whose id begins with prefix, in id
+	// order (by bytes), at most limit (DefaultLimit when 0 or less): how
+	// a person's shortened run id is found (see Resolve).
+	RunsByIDPrefix(ctx context.Context, prefix string, limit int) ([]Run, error)
 	// Timeline returns a run's events in order (by Seq, then time), or an
 	// error matching ErrRunNotFound.
 	Timeline(ctx context.Context, id string) ([]Event, error)

@@ -167,6 +167,21 @@ func (m *Memory) Runs(_ context.Context, q Query) ([]Run, error) {
 	return limited(out, q.Limit), nil
 }
 
+// RunsByIDPrefix returns the runs whose id begins with prefix, in id
+// order, at most limit (DefaultLimit when 0 or less).
+func (m *Memory) RunsByIDPrefix(_ context.Context, prefix string, limit int) ([]Run, error) {
+	m.mu.RLock()
+	out := []Run{}
+	for id, r := range m.runs {
+		if strings.HasPrefix(id, prefix) {
+			out = append(out, r.run)
+		}
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Run) int { return strings.Compare(a.ID, b.ID) })
+	return limited(out, limit), nil
+}
+
 // limited is runs cut to limit (DefaultLimit when 0 or less).
 func limited(runs []Run, limit int) []Run {
 	if limit <= 0 {

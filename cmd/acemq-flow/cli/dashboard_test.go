@@ -19,6 +19,14 @@ import (
 // flow that failed at charge with errText, and returns its id.
 func seedFailedRun(t *testing.T, dbURL, flow, errText string) string {
 	t.Helper()
+	id := testenv.Name(t, "run")
+	seedFailedRunID(t, dbURL, id, flow, errText)
+	return id
+}
+
+// seedFailedRunID is seedFailedRun with the run's id.
+func seedFailedRunID(t *testing.T, dbURL, id, flow, errText string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, dbURL)
@@ -26,7 +34,6 @@ func seedFailedRun(t *testing.T, dbURL, flow, errText string) string {
 	defer pool.Close()
 	j, err := persistence.NewSQLJournal(pool, persistence.SQLJournalConfig{})
 	require.NoError(t, err)
-	id := testenv.Name(t, "run")
 	start := time.Now().Add(-time.Minute)
 	require.NoError(t, j.Record(ctx, []journal.Event{
 		{RunID: id, Flow: flow, Key: "start", Seq: journal.Seq(0, 0, 0, 0), Kind: journal.KindStart, Outcome: "started",
@@ -35,7 +42,6 @@ func seedFailedRun(t *testing.T, dbURL, flow, errText string) string {
 			Attempt: 1, Outcome: "failed", StartedAt: start.Add(time.Second), EndedAt: start.Add(2 * time.Second), Error: errText,
 			Queue: flow + ".charge", Status: journal.Failed, RunStep: "charge", DeadLetter: flow + ".charge.dlq"},
 	}))
-	return id
 }
 
 // TestDashboardOnTheDatabase: `acemq-flow dashboard` over a journal in

@@ -138,19 +138,19 @@ func (a *app) runsShowCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show <run-id>",
 		Short: "Show a run and its timeline: every step attempt, skip, delay, compensation and replay",
+		Long:  "Show a run and its timeline: every step attempt, skip, delay, compensation and replay.\n\n" + runIDHelp,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id := args[0]
 			j, done, err := a.openJournal(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			run, err := j.Run(cmd.Context(), id)
+			run, err := journal.Resolve(cmd.Context(), j, args[0])
 			if err != nil {
 				return fmt.Errorf("runs show: %w", hintMigrate(err))
 			}
-			events, err := j.Timeline(cmd.Context(), id)
+			events, err := j.Timeline(cmd.Context(), run.ID)
 			if err != nil {
 				return fmt.Errorf("runs show: timeline: %w", hintMigrate(err))
 			}

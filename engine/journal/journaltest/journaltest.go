@@ -39,6 +39,8 @@ func Run(t *testing.T, open Open) {
 		"a batch touching a run twice":   batchTouchingRunTwice,
 		"invalid events refused":         invalidEventsRefused,
 		"soonest due first":              soonestDueFirst,
+		"runs by id prefix":              runsByIDPrefix,
+		"resolving a shortened id":       resolvingShortenedID,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -461,4 +463,72 @@ func runIDs(runs []journal.Run) []string {
 		out[i] = r.ID
 	}
 	return out
+}
+
+// prefixRuns are the ids runsByIDPrefix and resolvingShortenedID record:
+// prefixes of each other, and runes whose successor is a boundary case of
+// byte order (the last two-byte rune, the rune before the surrogates, the
+// last rune).
+var prefixRuns = []string{"ab", "abc", "abd", "b", "a\u00ff", "a\u0100", "é1", "é2", "ê", "\ud7ffx", "\ue000", "z\U0010ffff1", "{"}
+
+func recordPrefixRuns(t *testing.T, j journal.Journal) {
+	for i, id := range prefixRuns {
+		record(t, j, start(id, "orders", i, `{}`))
+	}
+}
+
+func runsByIDPrefix(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	recordPrefixRuns(t, j)
+	for _, c := range []struct {
+		prefix string
+		limit  int
+		want   []string
+	}{
+		{"ab", 0, []string{"ab", "abc", "abd"}},
+		{"ab", 2, []string{"ab", "abc"}},
+		{"abc", 0, []string{"abc"}},
+		{"a", 0, []string{"ab", "abc", "abd", "a\u00ff", "a\u0100"}},
+		{"a\u00ff", 0, []string{"a\u00ff"}},
+		{"é", 0, []string{"é1", "é2"}},
+		{"\ud7ff", 0, []string{"\ud7ffx"}},
+		{"z\U0010ffff", 0, []string{"z\U0010ffff1"}},
+		{"x", 0, []string{}},
+		{"", 3, []string{"ab", "abc", "abd"}},
+	} {
+		got, err := j.RunsByIDPrefix(ctx, c.prefix, c.limit)
+		require.NoError(t, err, "%q", c.prefix)
+		require.NotNil(t, got, "%q: no runs is an empty list, not nil", c.prefix)
+		require.Equal(t, c.want, runIDs(got), "prefix %q limit %d", c.prefix, c.limit)
+	}
+	got, err := j.RunsByIDPrefix(ctx, "abc", 0)
+	require.NoError(t, err)
+	require.Equal(t, "orders", got[0].Flow, "the whole run")
+	require.Equal(t, journal.Running, got[0].Status)
+}
+
+func resolvingShortenedID(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	recordPrefixRuns(t, j)
+	for id, want := range map[string]string{
+		"abc": "abc", "ab": "ab", "abd": "abd", "b": "b", "é1": "é1", "\ud7ff": "\ud7ffx", "z": "z\U0010ffff1",
+	} {
+		r, err := journal.Resolve(ctx, j, id)
+		require.NoError(t, err, "%q", id)
+		require.Equal(t, want, r.ID, "%q: a full id is that run even when it begins others; a prefix of one run is that run", id)
+		require.Equal(t, "orders", r.Flow)
+	}
+	for _, id := range []string{"nope", "", "abcd"} {
+		_, err := journal.Resolve(ctx, j, id)
+		require.ErrorIs(t, err, journal.ErrRunNotFound, "%q", id)
+	}
+	_, err := journal.Resolve(ctx, j, "é")
+	require.ErrorIs(t, err, journal.ErrAmbiguousID)
+	require.ErrorContains(t, err, `"é" begins the ids of 2 runs: é1, é2 (give more of the id)`)
+	_, err = journal.Resolve(ctx, j, "a")
+	require.ErrorIs(t, err, journal.ErrAmbiguousID)
+	require.ErrorContains(t, err, `"a" begins the ids of 5 runs: ab, abc, abd, aÿ, aĀ (give more of the id)`)
+	record(t, j, start("a9", "orders", 99, `{}`))
+	_, err = journal.Resolve(ctx, j, "a")
+	require.ErrorContains(t, err, `"a" begins the ids of more than 5 runs, among them a9, ab, abc, abd, aÿ (give more of the id)`)
 }

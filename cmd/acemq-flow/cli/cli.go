@@ -4,9 +4,14 @@
 //
 //	func main() { cli.Main(orders.PlaceOrder, billing.Invoice) }
 //
-// Every flag has an environment fallback, ACEMQ_ followed by the flag's
-// name in upper case with dashes as underscores (--url is ACEMQ_URL); a
-// flag given on the command line wins. Data goes to standard output (one
+// The connection and global flags have an environment fallback, ACEMQ_
+// followed by the flag's name in upper case with dashes as underscores
+// (--url is ACEMQ_URL): --url, --database-url, --ladder, --log-level and
+// the --broker-* TLS files, and dashboard's --token (ACEMQ_DASHBOARD_TOKEN);
+// a flag given on the command line wins. Every other flag (--limit,
+// --run-id, --status, --output, ...) is per call and read from the
+// command line only, so that an exported variable never changes every
+// command with a flag of that name. Data goes to standard output (one
 // JSON document with --output json), logs and errors to standard error, and
 // a failed command exits with status 1. Without --url the commands that
 // need a broker run on the embedded in-process one and say so; without
@@ -23,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -43,8 +49,19 @@ var Version = "dev"
 // loopback, which needs nothing installed.
 const EmbeddedURL = "memory://"
 
-// envPrefix starts the environment fallback of every flag.
+// envPrefix starts the name of every flag's environment fallback.
 const envPrefix = "ACEMQ_"
+
+// envFlags are the flags that can also be set from the environment (see
+// envName): the connection (the broker, TLS to it, its scheduler ladder,
+// the database) and the log level, which mean the same to every command.
+// Every other flag is per call and comes from the command line only: a
+// variable named after one (ACEMQ_RUN_ID, ACEMQ_LIMIT) would change every
+// command with a flag of that name. A flag of one command may have a
+// fallback of its own, or none although it is named like one of these,
+// through envAnnotation.
+var envFlags = []string{"url", "database-url", "ladder", "log-level",
+	"broker-ca-file", "broker-cert-file", "broker-key-file", "broker-server-name"}
 
 // lookupEnv reads one environment variable; os.LookupEnv outside tests.
 type lookupEnv func(key string) (string, bool)
@@ -113,8 +130,12 @@ func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 		Use:   "acemq-flow",
 		Short: "A workflow engine for Go services on RabbitMQ",
 		Long: "acemq-flow runs pipelines and sagas on RabbitMQ, on the AceMQ wire contract.\n\n" +
-			"Every flag can also be set from the environment: ACEMQ_ followed by the flag's name\n" +
-			"in upper case, dashes as underscores (--url is ACEMQ_URL).",
+			"The connection and global flags can also be set from the environment: --url (ACEMQ_URL),\n" +
+			"--database-url (ACEMQ_DATABASE_URL), --ladder (ACEMQ_LADDER), --log-level (ACEMQ_LOG_LEVEL),\n" +
+			"--broker-ca-file, --broker-cert-file, --broker-key-file and --broker-server-name\n" +
+			"(ACEMQ_BROKER_CA_FILE, ACEMQ_BROKER_CERT_FILE, ACEMQ_BROKER_KEY_FILE, ACEMQ_BROKER_SERVER_NAME),\n" +
+			"and dashboard's --token (ACEMQ_DASHBOARD_TOKEN); a flag on the command line wins. Every other\n" +
+			"flag (--limit, --run-id, --status, --output, ...) is read from the command line only.",
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.applyEnv(cmd) },
@@ -129,30 +150,41 @@ func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 	return root
 }
 
-// envName is the environment fallback of a flag.
+// envName is the environment fallback of a flag of envFlags.
 func envName(flag string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// envAnnotation, on a flag, names its environment fallback when that is
-// not envName of the flag's name: dashboard's --token is
-// ACEMQ_DASHBOARD_TOKEN, since ACEMQ_TOKEN would not say whose token it is.
+// envAnnotation, on a flag, names its environment fallback, overriding
+// envFlags: dashboard's --token is ACEMQ_DASHBOARD_TOKEN (a secret is
+// better kept off the command line, and ACEMQ_TOKEN would not say whose
+// token it is); "" is none, for a per-call flag named like one of
+// envFlags (demo's --ladder, its own).
 const envAnnotation = "acemq-env"
 
-// flagEnv is the environment fallback of f.
+// setFlagEnv gives the flag name of fs the environment fallback env (""
+// for none), overriding envFlags.
+func setFlagEnv(fs *pflag.FlagSet, name, env string) {
+	fs.Lookup(name).Annotations = map[string][]string{envAnnotation: {env}}
+}
+
+// flagEnv is the environment fallback of f, "" when it has none.
 func flagEnv(f *pflag.Flag) string {
 	if names := f.Annotations[envAnnotation]; len(names) > 0 {
 		return names[0]
 	}
-	return envName(f.Name)
+	if slices.Contains(envFlags, f.Name) {
+		return envName(f.Name)
+	}
+	return ""
 }
 
-// applyEnv sets every flag of cmd not given on the command line from its
-// environment fallback, if that is set.
+// applyEnv sets every flag of cmd that has an environment fallback and
+// was not given on the command line from that variable, if it is set.
 func (a *app) applyEnv(cmd *cobra.Command) error {
 	var errs []error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == "help" {
+		if f.Changed || flagEnv(f) == "" {
 			return
 		}
 		v, ok := a.env(flagEnv(f))
@@ -166,14 +198,15 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 	return errors.Join(errs...)
 }
 
-// documentEnv appends each flag's environment fallback to its help text.
+// documentEnv appends each flag's environment fallback, if it has one, to
+// its help text.
 func documentEnv(root *cobra.Command) {
 	seen := map[*pflag.Flag]bool{}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		for _, fs := range []*pflag.FlagSet{c.PersistentFlags(), c.LocalNonPersistentFlags()} {
 			fs.VisitAll(func(f *pflag.Flag) {
-				if seen[f] || f.Name == "help" {
+				if seen[f] || flagEnv(f) == "" {
 					return
 				}
 				seen[f] = true

@@ -140,12 +140,12 @@ func TestTopologyPrintLadderFromFlagAndEnvironment(t *testing.T) {
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, broker.LadderTopology("mine").String()+"\n", r.stdout)
 
-	env := map[string]string{"ACEMQ_LADDER": "from-env", "ACEMQ_OUTPUT": "json"}
-	r = execute(t, env, "topology", "print")
+	env := map[string]string{"ACEMQ_LADDER": "from-env"}
+	r = execute(t, env, "topology", "print", "--output", "json")
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, `"name": "from-env.1h"`)
 
-	r = execute(t, env, "topology", "print", "--ladder", "flag-wins", "--output", "text")
+	r = execute(t, env, "topology", "print", "--ladder", "flag-wins")
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, broker.LadderTopology("flag-wins").String()+"\n", r.stdout)
 }
@@ -157,10 +157,10 @@ func TestUnknownOutputIsAnError(t *testing.T) {
 	require.Empty(t, r.stdout)
 	require.Contains(t, r.stderr, `unknown output format "xml", want text or json`)
 
-	r = execute(t, map[string]string{"ACEMQ_OUTPUT": "yaml"}, "version")
+	r = execute(t, map[string]string{"ACEMQ_LOG_LEVEL": "loud"}, "version")
 	require.Equal(t, 1, r.code)
 	require.Empty(t, r.stdout)
-	require.Contains(t, r.stderr, `ACEMQ_OUTPUT="yaml"`)
+	require.Contains(t, r.stderr, `ACEMQ_LOG_LEVEL="loud": unknown log level "loud"`, "a bad variable names itself")
 }
 
 func TestUnknownCommandAndBadLogLevel(t *testing.T) {
@@ -178,9 +178,10 @@ func TestHelpNamesTheEnvironmentFallbacks(t *testing.T) {
 	t.Parallel()
 	r := execute(t, nil, "topology", "apply", "--help")
 	require.Zero(t, r.code, r.stderr)
-	for _, env := range []string{"$ACEMQ_URL", "$ACEMQ_LADDER", "$ACEMQ_OUTPUT", "$ACEMQ_LOG_LEVEL"} {
+	for _, env := range []string{"$ACEMQ_URL", "$ACEMQ_LADDER", "$ACEMQ_LOG_LEVEL"} {
 		require.Contains(t, r.stdout, env)
 	}
+	require.NotContains(t, r.stdout, "$ACEMQ_OUTPUT", "--output is per call")
 }
 
 func TestTopologyApplyOnTheEmbeddedBroker(t *testing.T) {

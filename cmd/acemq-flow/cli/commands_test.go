@@ -501,10 +501,10 @@ func TestWorkerWithoutFlows(t *testing.T) {
 func TestNewCommandsNameTheirEnvironmentFallbacks(t *testing.T) {
 	t.Parallel()
 	for cmd, envs := range map[string][]string{
-		"worker":     {"$ACEMQ_DATABASE_URL", "$ACEMQ_URL", "$ACEMQ_LADDER", "$ACEMQ_FLOWS", "$ACEMQ_CLOSE_TIMEOUT"},
-		"start":      {"$ACEMQ_PAYLOAD", "$ACEMQ_RUN_ID", "$ACEMQ_IN", "$ACEMQ_AT", "$ACEMQ_OUTPUT"},
-		"runs list":  {"$ACEMQ_FLOW", "$ACEMQ_STATUS", "$ACEMQ_SINCE", "$ACEMQ_LIMIT", "$ACEMQ_ERROR"},
-		"migrate":    {"$ACEMQ_DATABASE_URL", "$ACEMQ_OUTPUT"},
+		"worker":     {"$ACEMQ_DATABASE_URL", "$ACEMQ_URL", "$ACEMQ_LADDER"},
+		"start":      {"$ACEMQ_URL", "$ACEMQ_LADDER", "$ACEMQ_DATABASE_URL"},
+		"runs list":  {"$ACEMQ_DATABASE_URL", "$ACEMQ_LOG_LEVEL"},
+		"migrate":    {"$ACEMQ_DATABASE_URL"},
 		"replay":     {"$ACEMQ_URL", "$ACEMQ_LADDER"},
 		"compensate": {"$ACEMQ_URL", "$ACEMQ_LADDER"},
 	} {

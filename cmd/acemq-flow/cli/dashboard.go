@@ -85,7 +85,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 	bf.add(cmd)
 	addDashboardAddrFlag(cmd, &addr)
 	cmd.Flags().StringVar(&token, "token", "", "require this token on every page: typed into the login form, or sent as Authorization: Bearer <token> (default: none)")
-	cmd.Flags().Lookup("token").Annotations = map[string][]string{envAnnotation: {dashboardTokenEnv}}
+	setFlagEnv(cmd.Flags(), "token", dashboardTokenEnv)
 	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "without a token, the host names the dashboard answers to besides IP addresses and localhost (it refuses others, against DNS rebinding)")
 	cmd.Flags().BoolVar(&readOnly, "read-only", false, "hide and refuse replay and compensate")
 	return cmd

@@ -36,6 +36,8 @@ func (a *app) demoCommand() *cobra.Command {
 	addURLFlag(cmd, &cfg.URL)
 	cmd.Flags().StringVar(&cfg.Ladder, "ladder", workflows.DefaultDemoLadder,
 		"the demo's own scheduler ladder, which it deletes when it ends: never one that workers use (it refuses acemq.schedule, and any other ladder that exists already but its default)")
+	// Its own, so not ACEMQ_LADDER: the workers' ladder is what that names.
+	setFlagEnv(cmd.Flags(), "ladder", "")
 	cmd.Flags().DurationVar(&cfg.Timeout, "timeout", workflows.DefaultDemoTimeout, "how long the demo may take")
 	return cmd
 }

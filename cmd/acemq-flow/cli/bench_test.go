@@ -99,7 +99,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 	r = execute(t, nil, "bench", "--broker-ca-file", "/etc/ca.pem")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "bench takes no --broker-ca-file")
-	r = execute(t, nil, "bench", "--only", "outbox")
+	r = execute(t, nil, "bench", "--only", "outbox", "--url", "memory://")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "--only outbox: no database: set --database-url / ACEMQ_DATABASE_URL")
 }
@@ -250,9 +250,9 @@ func TestBenchOnRabbitMQ(t *testing.T) {
 
 func TestBenchOnTheEmbeddedBroker(t *testing.T) {
 	t.Parallel()
-	r := execute(t, nil, "bench", "--n", "40", "--only", "request,core", "-o", "json")
+	r := execute(t, nil, "bench", "--n", "40", "--only", "request,core", "-o", "json", "--url", "memory://")
 	require.Zero(t, r.code, r.stderr)
-	require.Contains(t, r.stderr, "using the embedded in-process broker")
+	require.Contains(t, r.stderr, "measuring the embedded in-process broker (--url memory://)")
 	var rep benchmark.Report
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
 	require.Equal(t, "the embedded in-process broker", rep.Broker)

@@ -13,11 +13,13 @@
 // command line only, so that an exported variable never changes every
 // command with a flag of that name. Data goes to standard output (one
 // JSON document with --output json), logs and errors to standard error, and
-// a failed command exits with status 1. Without --url the commands that
-// need a broker run on the embedded in-process one and say so; without
-// --database-url the run journal and the idempotency store are in memory,
-// and the commands that read runs recorded by other processes say that
-// they cannot see them.
+// a failed command exits with status 1. A command that needs a broker
+// refuses to run without --url (ErrNoBroker): on an in-process broker of
+// its own, what it published would be gone when it exits. --url memory://
+// asks for that in-process broker; demo and dev run on one unasked.
+// Without --database-url the run journal and the idempotency store are in
+// memory: runs list and runs show refuse, and the other commands that
+// read runs recorded by other processes say that they cannot see them.
 package cli
 
 import (
@@ -45,9 +47,18 @@ import (
 //	-ldflags "-X github.com/acemq/acemq-flow/cmd/acemq-flow/cli.Version=v1.2.3"
 var Version = "dev"
 
-// EmbeddedURL is the broker used when no --url is given: the in-process
-// loopback, which needs nothing installed.
+// EmbeddedURL is the in-process broker (the loopback, which needs nothing
+// installed): what demo and dev run on, and what --url memory:// asks a
+// command to run on. It lives in the process, and what is published to it
+// is gone when the process exits.
 const EmbeddedURL = "memory://"
+
+// ErrNoBroker: the command needs a broker and no --url was given. It does
+// not fall back to the in-process broker, where a run it started, or a
+// message it moved, would be lost when it exits.
+var ErrNoBroker = errors.New("no broker: set --url / ACEMQ_URL to the RabbitMQ the workers use " +
+	"(amqp://user:password@host:5672/vhost), or --url " + EmbeddedURL + " for a broker inside this one process, " +
+	"gone when it exits")
 
 // envPrefix starts the name of every flag's environment fallback.
 const envPrefix = "ACEMQ_"
@@ -225,8 +236,8 @@ func (a *app) logger(cmd *cobra.Command) *slog.Logger {
 	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: a.logLevel}))
 }
 
-// open connects to url, or to the embedded broker when url is empty,
-// saying so on stderr.
+// open connects to url. It refuses an empty url with ErrNoBroker, naming
+// the command.
 func (a *app) open(cmd *cobra.Command, url, ladder string) (*broker.Conn, error) {
 	return a.openWith(cmd, url, broker.Config{Ladder: ladder})
 }
@@ -234,8 +245,7 @@ func (a *app) open(cmd *cobra.Command, url, ladder string) (*broker.Conn, error)
 // openWith is open with more of the connection's config.
 func (a *app) openWith(cmd *cobra.Command, url string, cfg broker.Config) (*broker.Conn, error) {
 	if url == "" {
-		url = EmbeddedURL
-		fmt.Fprintln(cmd.ErrOrStderr(), "using the embedded in-process broker (set ACEMQ_URL to use RabbitMQ)")
+		return nil, fmt.Errorf("%s: %w", commandName(cmd), ErrNoBroker)
 	}
 	cfg.Logger = a.logger(cmd)
 	if err := a.brokerTLS.apply(url, &cfg.RabbitMQ); err != nil {
@@ -259,9 +269,18 @@ func closeConn(ctx context.Context, conn *broker.Conn, err *error) {
 	}
 }
 
-// addURLFlag registers --url on cmd.
+// commandName is cmd's path without the binary's name: "topology apply".
+func commandName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+// urlUsage is the help of --url.
+const urlUsage = "broker URL: amqp://user:password@host:5672/vhost for RabbitMQ (a cluster's nodes: amqp://user:password@host1:5672,host2:5672/vhost; TLS: amqps://), " +
+	"or " + EmbeddedURL + " for a broker inside this one process, which no other process reaches and whose messages are gone when it exits (for trying a command, and for tests)"
+
+// addURLFlag registers --url, which the command requires, on cmd.
 func addURLFlag(cmd *cobra.Command, url *string) {
-	cmd.Flags().StringVar(url, "url", "", "broker URL: amqp://user:password@host:5672/vhost for RabbitMQ (a cluster's nodes: amqp://user:password@host1:5672,host2:5672/vhost; TLS: amqps://), "+EmbeddedURL+" for the embedded broker (default: the embedded broker)")
+	cmd.Flags().StringVar(url, "url", "", urlUsage+" (required)")
 }
 
 // addLadderFlag registers --ladder on fs.

@@ -186,9 +186,8 @@ func TestHelpNamesTheEnvironmentFallbacks(t *testing.T) {
 
 func TestTopologyApplyOnTheEmbeddedBroker(t *testing.T) {
 	t.Parallel()
-	r := execute(t, nil, "topology", "apply")
+	r := execute(t, nil, "topology", "apply", "--url", "memory://")
 	require.Zero(t, r.code, r.stderr)
-	require.Contains(t, r.stderr, "using the embedded in-process broker (set ACEMQ_URL to use RabbitMQ)")
 	require.Contains(t, r.stderr, "declared scheduler ladder acemq.schedule on memory://")
 	require.Equal(t, broker.LadderTopology(broker.DefaultLadder).String()+"\n", r.stdout)
 

@@ -27,6 +27,9 @@ const (
 		"where no run is recorded, so it shows nothing; set ACEMQ_DATABASE_URL to the workers' database, " +
 		"or try `acemq-flow dev`: a worker, example runs and the dashboard in one process, with nothing installed"
 	noFlowsDashboard = "this binary has no flows: the dashboard only reads (no replay or compensate)"
+	// noBrokerDashboard: replaying into a broker of the dashboard's own
+	// would move messages no worker reads.
+	noBrokerDashboard = "no broker (--url / ACEMQ_URL): the dashboard only reads (no replay or compensate)"
 )
 
 func (a *app) dashboardCommand() *cobra.Command {
@@ -44,7 +47,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 			"filters, each run's timeline, failed runs grouped by flow, step and error, and charts of\n" +
 			"the last hour, read from the database (--database-url, the workers' journal); failed runs\n" +
 			"are replayed or compensated through the broker (--url), as `acemq-flow replay` does. It\n" +
-			"needs no worker beside it.\n\n" +
+			"needs no worker beside it. Without --url it only reads.\n\n" +
 			"It listens on 127.0.0.1 unless --addr says otherwise. With --token (or " + dashboardTokenEnv + ")\n" +
 			"every page asks for the token; without one, give the dashboard to this machine only.",
 		Args: cobra.NoArgs,
@@ -58,8 +61,12 @@ func (a *app) dashboardCommand() *cobra.Command {
 			}
 			defer ln.Close() // if never served: Serve closes it
 			cfg := dashboard.Config{Token: token, Hosts: hosts, ReadOnly: readOnly, Logger: a.logger(cmd)}
-			if len(a.flows) == 0 {
-				fmt.Fprintln(cmd.ErrOrStderr(), noFlowsDashboard)
+			if len(a.flows) == 0 || bf.url == "" {
+				if len(a.flows) == 0 {
+					fmt.Fprintln(cmd.ErrOrStderr(), noFlowsDashboard)
+				} else {
+					fmt.Fprintln(cmd.ErrOrStderr(), noBrokerDashboard)
+				}
 				j, done, jerr := a.openJournal(cmd)
 				if jerr != nil {
 					return jerr

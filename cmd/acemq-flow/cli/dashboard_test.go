@@ -102,7 +102,7 @@ func TestDashboardWithoutADatabase(t *testing.T) {
 	base = d.waitFor(`dashboard: open (http://\S+)/ in a browser`)[1]
 	require.Contains(t, d.stderr.String(), noFlowsDashboard)
 	require.Contains(t, d.stderr.String(), noDatabaseReader)
-	require.NotContains(t, d.stderr.String(), "embedded", "reading needs no broker")
+	require.NotContains(t, d.stderr.String(), "no broker", "reading needs no broker")
 	status, _ = httpGet(t, base+"/failed")
 	require.Equal(t, http.StatusOK, status)
 	require.Zero(t, d.stop(), d.stderr.String())

@@ -226,6 +226,19 @@ func hintMigrate(err error) error {
 	return err
 }
 
+// openRunsJournal is the journal on the database, for a command whose
+// whole answer is runs other processes recorded (runs list, runs show).
+// Without a database it refuses, with ErrNoDatabase naming the command,
+// rather than answer "no runs" from a journal that can hold none. Call the
+// returned function when done.
+func (a *app) openRunsJournal(cmd *cobra.Command) (journal.Journal, func(), error) {
+	if a.databaseURL == "" {
+		return nil, nil, fmt.Errorf("%s: %w (without one, runs are journaled only in the memory of the process that ran them, "+
+			"where this command cannot see them; dev shows its own runs in its dashboard)", commandName(cmd), ErrNoDatabase)
+	}
+	return a.openJournal(cmd)
+}
+
 // openJournal is the journal a command reads runs from: on the database,
 // or, without one, an empty in-memory journal, saying on stderr why it is
 // empty. Call the returned function when done.

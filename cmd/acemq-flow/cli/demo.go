@@ -33,7 +33,7 @@ func (a *app) demoCommand() *cobra.Command {
 			return cfg.Run(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
-	addURLFlag(cmd, &cfg.URL)
+	cmd.Flags().StringVar(&cfg.URL, "url", "", urlUsage+" (default: "+EmbeddedURL+")")
 	cmd.Flags().StringVar(&cfg.Ladder, "ladder", workflows.DefaultDemoLadder,
 		"the demo's own scheduler ladder, which it deletes when it ends: never one that workers use (it refuses acemq.schedule, and any other ladder that exists already but its default)")
 	// Its own, so not ACEMQ_LADDER: the workers' ladder is what that names.

@@ -25,7 +25,7 @@ func (a *app) runsCommand() *cobra.Command {
 		Short: "List runs from the run journal, or show one run's timeline",
 		Long: "Read the run journal. The journal is shared through the database (--database-url):\n" +
 			"without one, runs are kept only in the memory of the worker that ran them, and these\n" +
-			"commands see none.",
+			"commands refuse, since they could see none.",
 	}
 	cmd.AddCommand(a.runsListCommand(), a.runsShowCommand())
 	return cmd
@@ -49,7 +49,7 @@ func (a *app) runsListCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("runs list: %w", err)
 			}
-			j, done, err := a.openJournal(cmd)
+			j, done, err := a.openRunsJournal(cmd)
 			if err != nil {
 				return err
 			}
@@ -141,7 +141,7 @@ func (a *app) runsShowCommand() *cobra.Command {
 		Long:  "Show a run and its timeline: every step attempt, skip, delay, compensation and replay.\n\n" + runIDHelp,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			j, done, err := a.openJournal(cmd)
+			j, done, err := a.openRunsJournal(cmd)
 			if err != nil {
 				return err
 			}

@@ -108,7 +108,7 @@ func (a *app) benchCommand() *cobra.Command {
 			if output == outputJSON {
 				return writeJSON(cmd.OutOrStdout(), rep)
 			}
-			return writeBench(cmd.OutOrStdout(), rep)
+			return writeBench(cmd.OutOrStdout(), a.name, rep)
 		},
 	}
 	addURLFlag(cmd, &url)
@@ -119,10 +119,10 @@ func (a *app) benchCommand() *cobra.Command {
 	return cmd
 }
 
-// writeBench prints a bench report for people: what was measured where,
-// one row per figure, and the notes.
-func writeBench(w io.Writer, rep *benchmark.Report) error {
-	fmt.Fprintf(w, "acemq-flow bench on %s\n", rep.Broker)
+// writeBench prints a bench report of the binary program for people:
+// what was measured where, one row per figure, and the notes.
+func writeBench(w io.Writer, program string, rep *benchmark.Report) error {
+	fmt.Fprintf(w, "%s bench on %s\n", program, rep.Broker)
 	if rep.Database != "" {
 		fmt.Fprintf(w, "database: %s\n", rep.Database)
 	}

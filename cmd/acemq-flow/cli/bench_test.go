@@ -39,7 +39,7 @@ func TestBenchRendering(t *testing.T) {
 	t.Parallel()
 	rep := fixedReport()
 	var out bytes.Buffer
-	require.NoError(t, writeBench(&out, rep))
+	require.NoError(t, writeBench(&out, testName, rep))
 	want := "acemq-flow bench on RabbitMQ 3.10.8 at amqp://guest@127.0.0.1:5672/\n" +
 		"database: postgres://postgres@127.0.0.1:5432/test\n" +
 		"10000 messages per figure, GOMAXPROCS 2 of 2 CPUs, go1.26.8, " + rep.Started.Local().Format(time.DateTime) + ", took 1m2s\n" +

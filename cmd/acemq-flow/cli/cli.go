@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -42,7 +43,8 @@ import (
 	"github.com/acemq/acemq-flow/dsl"
 )
 
-// Version is the acemq-flow version, set when building with
+// Version is the version `version` prints (acemq-flow's, or that of a
+// binary of one's own), set when building with
 //
 //	-ldflags "-X github.com/acemq/acemq-flow/cmd/acemq-flow/cli.Version=v1.2.3"
 var Version = "dev"
@@ -81,18 +83,46 @@ type lookupEnv func(key string) (string, bool)
 // and the given flows (what worker works, start starts, replay replays),
 // cancelling the command's context on SIGINT or SIGTERM so that a running
 // command (a worker) can drain, and exits with status 1 if the command
-// fails. A flow that was not built is reported by the commands that use
-// flows, not by the others.
+// fails. The commands call themselves by the binary's name (os.Args[0]
+// without its directory) in their help, their errors and the commands
+// they suggest, so that a binary of one's own does not say acemq-flow. A
+// flow that was not built is reported by the commands that use flows, not
+// by the others.
 func Main(flows ...*dsl.FlowDef) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.LookupEnv, flows, os.Args[1:], streams{in: os.Stdin, out: os.Stdout, err: os.Stderr})
+	code := run(ctx, binaryName(), os.LookupEnv, flows, os.Args[1:], streams{in: os.Stdin, out: os.Stdout, err: os.Stderr})
 	stop()
 	os.Exit(code)
 }
 
-// NewRoot builds the acemq-flow command tree for flows, reading flag
-// fallbacks from the process environment. Execute it with ExecuteContext.
-func NewRoot(flows ...*dsl.FlowDef) *cobra.Command { return newRoot(os.LookupEnv, flows) }
+// NewRoot builds the command tree for flows, named after the binary as
+// Main names it and reading flag fallbacks from the process environment.
+// Execute it with ExecuteContext. NewRootNamed names it otherwise.
+func NewRoot(flows ...*dsl.FlowDef) *cobra.Command { return NewRootNamed(binaryName(), flows...) }
+
+// NewRootNamed is NewRoot with the name the commands call themselves by
+// in their help and messages (root.Use is that name; setting Use after
+// building changes the usage lines only). An empty name is acemq-flow.
+func NewRootNamed(name string, flows ...*dsl.FlowDef) *cobra.Command {
+	return newRoot(name, os.LookupEnv, flows)
+}
+
+// defaultName is what the command line calls itself when it has no name
+// of its own: the acemq-flow binary's.
+const defaultName = "acemq-flow"
+
+// binaryName is the name the process was started by, without its
+// directory (and without .exe); defaultName when there is none.
+func binaryName() string {
+	if len(os.Args) == 0 {
+		return defaultName
+	}
+	name := strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe")
+	if name == "" || name == "." || name == string(filepath.Separator) {
+		return defaultName
+	}
+	return name
+}
 
 // streams are a command's standard input, output and error.
 type streams struct {
@@ -100,23 +130,26 @@ type streams struct {
 	out, err io.Writer
 }
 
-// run executes the command tree with args and returns the exit status.
-func run(ctx context.Context, env lookupEnv, flows []*dsl.FlowDef, args []string, s streams) int {
-	root := newRoot(env, flows)
+// run executes the command tree, called name, with args and returns the
+// exit status.
+func run(ctx context.Context, name string, env lookupEnv, flows []*dsl.FlowDef, args []string, s streams) int {
+	root := newRoot(name, env, flows)
 	root.SetArgs(args)
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(s.err, "acemq-flow: %v\n", err)
+		fmt.Fprintf(s.err, "%s: %v\n", root.Name(), err)
 		return 1
 	}
 	return 0
 }
 
-// app is what the commands share: the environment, the flows and the
-// global flags.
+// app is what the commands share: the binary's name, the environment,
+// the flows and the global flags.
 type app struct {
+	// name is what the commands call themselves in help and messages.
+	name  string
 	env   lookupEnv
 	flows []*dsl.FlowDef
 	// logLevel is --log-level; logLevelSet says it was given (on the
@@ -135,12 +168,15 @@ type app struct {
 	meterProvider metric.MeterProvider
 }
 
-func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
-	a := &app{env: env, flows: flows, logLevel: slog.LevelWarn}
+func newRoot(name string, env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
+	if name == "" {
+		name = defaultName
+	}
+	a := &app{name: name, env: env, flows: flows, logLevel: slog.LevelWarn}
 	root := &cobra.Command{
-		Use:   "acemq-flow",
+		Use:   name,
 		Short: "A workflow engine for Go services on RabbitMQ",
-		Long: "acemq-flow runs pipelines and sagas on RabbitMQ, on the AceMQ wire contract.\n\n" +
+		Long: name + " runs pipelines and sagas on RabbitMQ, on the AceMQ wire contract.\n\n" +
 			"The connection and global flags can also be set from the environment: --url (ACEMQ_URL),\n" +
 			"--database-url (ACEMQ_DATABASE_URL), --ladder (ACEMQ_LADDER), --log-level (ACEMQ_LOG_LEVEL),\n" +
 			"--broker-ca-file, --broker-cert-file, --broker-key-file and --broker-server-name\n" +

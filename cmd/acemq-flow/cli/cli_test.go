@@ -18,6 +18,10 @@ import (
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
+// testName is what the command line calls itself in the tests: the
+// acemq-flow binary's name.
+const testName = "acemq-flow"
+
 // result is what one run of the command line left behind.
 type result struct {
 	stdout, stderr string
@@ -48,7 +52,7 @@ func (inv invocation) lookup(key string) (string, bool) {
 func executeWith(t *testing.T, inv invocation, args ...string) result {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), inv.lookup, inv.flows, args, streams{in: strings.NewReader(inv.stdin), out: &stdout, err: &stderr})
+	code := run(t.Context(), testName, inv.lookup, inv.flows, args, streams{in: strings.NewReader(inv.stdin), out: &stdout, err: &stderr})
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 

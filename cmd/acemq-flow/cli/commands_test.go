@@ -421,7 +421,7 @@ func TestWorkerOnTheEmbeddedBroker(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		code = run(ctx, inv.lookup, inv.flows, []string{"worker"}, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &stderr})
+		code = run(ctx, testName, inv.lookup, inv.flows, []string{"worker"}, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &stderr})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -507,7 +507,7 @@ func TestWorkerExitsWhenAConsumerEnds(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		code = run(t.Context(), inv.lookup, inv.flows, []string{"worker"}, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &stderr})
+		code = run(t.Context(), testName, inv.lookup, inv.flows, []string{"worker"}, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &stderr})
 	}()
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), `msg="worker started"`) }, 10*time.Second, 10*time.Millisecond, stderr.String())
 	_, err := h.Admin.Transport().DeleteQueue(brokertest.Ctx(t), flows[0].Name()+".ship")

@@ -21,11 +21,16 @@ const DefaultDashboardAddr = "127.0.0.1:8080"
 // dashboardTokenEnv is the environment fallback of dashboard's --token.
 const dashboardTokenEnv = "ACEMQ_DASHBOARD_TOKEN"
 
+// noDatabaseDashboard is said on stderr by a dashboard of the binary
+// program without a database.
+func noDatabaseDashboard(program string) string {
+	return "no database (" + databaseFlag + "): the dashboard reads the run journal in this process's memory, " +
+		"where no run is recorded, so it shows nothing; set ACEMQ_DATABASE_URL to the workers' database, " +
+		"or try `" + program + " dev`: a worker, example runs and the dashboard in one process, with nothing installed"
+}
+
 // Notes on stderr about what a dashboard can and cannot do.
 const (
-	noDatabaseDashboard = "no database (" + databaseFlag + "): the dashboard reads the run journal in this process's memory, " +
-		"where no run is recorded, so it shows nothing; set ACEMQ_DATABASE_URL to the workers' database, " +
-		"or try `acemq-flow dev`: a worker, example runs and the dashboard in one process, with nothing installed"
 	noFlowsDashboard = "this binary has no flows: the dashboard only reads (no replay or compensate)"
 	// noBrokerDashboard: replaying into a broker of the dashboard's own
 	// would move messages no worker reads.
@@ -46,7 +51,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 		Long: "Serve the web dashboard on --addr until SIGINT or SIGTERM: the runs of the run journal with\n" +
 			"filters, each run's timeline, failed runs grouped by flow, step and error, and charts of\n" +
 			"the last hour, read from the database (--database-url, the workers' journal); failed runs\n" +
-			"are replayed or compensated through the broker (--url), as `acemq-flow replay` does. It\n" +
+			"are replayed or compensated through the broker (--url), as `" + a.name + " replay` does. It\n" +
 			"needs no worker beside it. Without --url it only reads.\n\n" +
 			"It listens on 127.0.0.1 unless --addr says otherwise. With --token (or " + dashboardTokenEnv + ")\n" +
 			"every page asks for the token; without one, give the dashboard to this machine only.",
@@ -74,7 +79,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 				defer done()
 				cfg.Journal, cfg.ReadOnly = j, true
 			} else {
-				s, serr := a.openSession(cmd, sessionConfig{broker: bf, noDatabase: noDatabaseDashboard})
+				s, serr := a.openSession(cmd, sessionConfig{broker: bf, noDatabase: noDatabaseDashboard(a.name)})
 				if serr != nil {
 					return serr
 				}

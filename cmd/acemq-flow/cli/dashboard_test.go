@@ -91,8 +91,8 @@ func TestDashboardWithoutADatabase(t *testing.T) {
 	inv := invocation{flows: unitFlows("unit"), env: map[string]string{"ACEMQ_URL": "memory://" + testenv.Name(t, "broker")}}
 	d := background(t, inv, "dashboard", "--addr", "127.0.0.1:0")
 	base := d.waitFor(`dashboard: open (http://\S+)/ in a browser`)[1]
-	require.Contains(t, d.stderr.String(), noDatabaseDashboard)
-	require.Contains(t, noDatabaseDashboard, "`acemq-flow dev`")
+	require.Contains(t, d.stderr.String(), noDatabaseDashboard(testName))
+	require.Contains(t, noDatabaseDashboard(testName), "`acemq-flow dev`")
 	status, body := httpGet(t, base+"/")
 	require.Equal(t, http.StatusOK, status, "no token: no login")
 	require.Contains(t, body, "unit.orders", "the flows are offered as a filter")

@@ -52,7 +52,7 @@ func TestOnlyConnectionAndGlobalFlagsHaveEnvironmentFallbacks(t *testing.T) {
 			}
 		}
 	}
-	walk(newRoot(nil, nil), nil)
+	walk(newRoot(testName, nil, nil), nil)
 	require.Greater(t, len(paths), 15)
 	seen := map[string]bool{}
 	for _, path := range paths {

@@ -41,7 +41,7 @@ func background(t *testing.T, inv invocation, args ...string) *running {
 	r := &running{t: t, stderr: &syncBuffer{}, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		r.code = run(ctx, inv.lookup, inv.flows, args, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: r.stderr})
+		r.code = run(ctx, testName, inv.lookup, inv.flows, args, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: r.stderr})
 	}()
 	t.Cleanup(func() { r.stop() })
 	return r

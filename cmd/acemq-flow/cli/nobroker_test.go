@@ -39,7 +39,7 @@ func TestCommandsThatNeedABrokerRefuseWithoutOne(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
 			var stdout, stderr bytes.Buffer
-			code := run(ctx, invocation{}.lookup, flows, args, streams{in: strings.NewReader(""), out: &stdout, err: &stderr})
+			code := run(ctx, testName, invocation{}.lookup, flows, args, streams{in: strings.NewReader(""), out: &stdout, err: &stderr})
 			require.Equal(t, 1, code, "%v: %s", args, stderr.String())
 			require.Empty(t, stdout.String())
 			require.Contains(t, stderr.String(), ": no broker: set --url / ACEMQ_URL to the RabbitMQ the workers use", "%v", args)

@@ -94,7 +94,7 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 				return err
 			}
 			defer s.close(cmd.Context(), &err)
-			id, err := resolveRunID(cmd.Context(), s.eng.Journal(), args[0])
+			id, err := a.resolveRunID(cmd.Context(), s.eng.Journal(), args[0])
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}

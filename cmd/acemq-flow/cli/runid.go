@@ -20,7 +20,7 @@ const runIDHelp = "<run-id> may be shortened to a beginning of it that no other 
 // without a database, looks for the run's message by that id in the
 // dead-letter queues. An id that begins several runs' ids, or a journal
 // that cannot answer, is an error.
-func resolveRunID(ctx context.Context, j journal.Journal, id string) (string, error) {
+func (a *app) resolveRunID(ctx context.Context, j journal.Journal, id string) (string, error) {
 	r, err := journal.Resolve(ctx, j, id)
 	switch {
 	case err == nil:
@@ -28,5 +28,5 @@ func resolveRunID(ctx context.Context, j journal.Journal, id string) (string, er
 	case errors.Is(err, journal.ErrRunNotFound):
 		return id, nil
 	}
-	return "", hintMigrate(err)
+	return "", hintMigrate(a.name, err)
 }

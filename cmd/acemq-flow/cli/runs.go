@@ -56,7 +56,7 @@ func (a *app) runsListCommand() *cobra.Command {
 			defer done()
 			runs, err := j.Runs(cmd.Context(), q)
 			if err != nil {
-				return fmt.Errorf("runs list: %w", hintMigrate(err))
+				return fmt.Errorf("runs list: %w", hintMigrate(a.name, err))
 			}
 			if runs == nil {
 				runs = []journal.Run{}
@@ -148,11 +148,11 @@ func (a *app) runsShowCommand() *cobra.Command {
 			defer done()
 			run, err := journal.Resolve(cmd.Context(), j, args[0])
 			if err != nil {
-				return fmt.Errorf("runs show: %w", hintMigrate(err))
+				return fmt.Errorf("runs show: %w", hintMigrate(a.name, err))
 			}
 			events, err := j.Timeline(cmd.Context(), run.ID)
 			if err != nil {
-				return fmt.Errorf("runs show: timeline: %w", hintMigrate(err))
+				return fmt.Errorf("runs show: timeline: %w", hintMigrate(a.name, err))
 			}
 			if events == nil {
 				events = []journal.Event{}

@@ -180,7 +180,7 @@ func (a *app) scheduleCancelCommand() *cobra.Command {
 			if !s.shared {
 				return fmt.Errorf("schedule cancel: %w", errScheduleNeedsDatabase)
 			}
-			id, err := resolveRunID(cmd.Context(), s.eng.Journal(), args[0])
+			id, err := a.resolveRunID(cmd.Context(), s.eng.Journal(), args[0])
 			if err != nil {
 				return fmt.Errorf("schedule cancel: %w", err)
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/acemq/acemq-flow/engine/journal"
@@ -50,12 +49,16 @@ type Scheduled struct {
 	Compensating bool `json:"compensating,omitempty"`
 }
 
-// Schedules lists what waits on the ladder, soonest first, as the journal
-// knows it: delayed starts, delays before steps, and failed runs held for
-// replay; of one flow, or of all when flow is "". Without a shared journal
-// it knows only this process's runs.
+// Schedules lists the limit waits due soonest on the ladder (at most
+// journal.DefaultLimit when limit is 0), soonest first, as the journal
+// knows them: delayed starts, delays before steps, and failed runs held
+// for replay; of one flow, or of all when flow is "". The journal picks
+// them by due time (journal.SoonestDue), so a limit never drops a wait
+// due sooner than one listed. Without a shared journal it knows only this
+// process's runs.
 func (e *Engine) Schedules(ctx context.Context, flow string, limit int) ([]Scheduled, error) {
-	runs, err := e.journal.Runs(ctx, journal.Query{Flow: flow, Statuses: []journal.Status{journal.Waiting, journal.Failed}, Limit: limit})
+	runs, err := e.journal.Runs(ctx, journal.Query{Flow: flow, Statuses: []journal.Status{journal.Waiting, journal.Failed},
+		Order: journal.SoonestDue, Limit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
@@ -63,6 +66,8 @@ func (e *Engine) Schedules(ctx context.Context, flow string, limit int) ([]Sched
 	out := []Scheduled{}
 	for _, r := range runs {
 		if r.DueAt == nil {
+			// Not a journal that keeps SoonestDue's promise: skip rather
+			// than crash on what it returned.
 			continue
 		}
 		s := Scheduled{RunID: r.ID, Flow: r.Flow, Step: r.Step, DueAt: *r.DueAt, Kind: e.kindOf(r)}
@@ -71,7 +76,6 @@ func (e *Engine) Schedules(ctx context.Context, flow string, limit int) ([]Sched
 		}
 		out = append(out, s)
 	}
-	slices.SortFunc(out, func(a, b Scheduled) int { return a.DueAt.Compare(b.DueAt) })
 	return out, nil
 }
 

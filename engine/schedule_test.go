@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/brokertest"
+	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
 // TestSchedulesAndCancel: what waits on the ladder is listed with its
@@ -103,4 +105,38 @@ func TestSchedulesAndCancel(t *testing.T) {
 		require.ErrorContains(t, err, "waits for nothing")
 		require.Zero(t, h.Depth(fx.name+".ship"+broker.DeadLetterSuffix), "the held messages left the dead-letter queue")
 	})
+}
+
+// TestSchedulesAreTheSoonestDue: with more waits than the limit, the list
+// is the waits due soonest, not the runs started last: here the runs
+// started last are due last (a run delayed by a day is started after
+// runs delayed by minutes), and a limit of two lists the two due first.
+func TestSchedulesAreTheSoonestDue(t *testing.T) {
+	t.Parallel()
+	h := brokertest.New(t, "memory://"+testenv.Name(t, "broker"), false)
+	fx := newFixture(t, h, engine.Config{})
+	fx.register(dsl.Flow(fx.name, dsl.Step("charge", appendStep(newEffects(), "charge")), dsl.Delay(time.Minute),
+		dsl.Step("ship", appendStep(newEffects(), "ship"))))
+	ctx := brokertest.Ctx(t)
+	base := time.Now().Truncate(time.Second)
+	for i := range 5 {
+		id := fmt.Sprintf("%s-%d", fx.name, i)
+		started := base.Add(time.Duration(i) * time.Second)
+		due := base.Add(time.Duration(i+1) * time.Hour)
+		require.NoError(t, fx.journal.Record(ctx, []journal.Event{
+			{RunID: id, Flow: fx.name, Key: "start", Kind: journal.KindStart, Outcome: "started", StartedAt: started, EndedAt: started,
+				Status: journal.Running, RunStep: "charge"},
+			{RunID: id, Flow: fx.name, Key: "delay/ship", Seq: journal.Seq(0, 2, 0, 0), Kind: journal.KindDelay, Step: "ship",
+				Outcome: "waiting", StartedAt: started, EndedAt: started, DueAt: &due, Status: journal.Waiting, RunStep: "ship"},
+		}))
+	}
+	list, err := fx.eng.Schedules(ctx, fx.name, 2)
+	require.NoError(t, err)
+	var ids []string
+	for _, s := range list {
+		ids = append(ids, s.RunID)
+		require.Equal(t, engine.ScheduledDelay, s.Kind)
+	}
+	require.Equal(t, []string{fx.name + "-0", fx.name + "-1"}, ids, "the two due soonest, soonest first")
+	require.True(t, list[0].DueAt.Equal(base.Add(time.Hour)))
 }

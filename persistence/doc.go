@@ -37,7 +37,9 @@
 // conformance suite (journaltest) as journal.Memory. [SQLJournal.Record]
 // writes a batch in one statement that locks runs in id order, so workers
 // recording the same runs at once neither deadlock nor take a run back;
-// listing runs reads one newest-first index range per status asked for.
+// listing runs reads one index range per status asked for (newest first,
+// or soonest due first among the runs with a due time), and finding the
+// runs whose id begins with a prefix reads one range of the primary key.
 // Nothing deletes runs but [SQLJournal.PurgeEnded], run by whoever wants
 // retention, in small batches.
 //

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -30,10 +31,11 @@ func (j *SQLJournal) Run(ctx context.Context, id string) (journal.Run, error) {
 	return runs[0], nil
 }
 
-// Runs returns the runs q selects, newest first (by start, then run id),
-// at most q.Limit (journal.DefaultLimit when 0 or less). ErrorContains is
-// matched case-insensitively by the database's ILIKE, its % and _ taken
-// literally.
+// Runs returns the runs q selects, in q.Order: newest first (by start,
+// then run id), or with journal.SoonestDue the runs with a due time, by
+// due time, then run id; at most q.Limit (journal.DefaultLimit when 0 or
+// less). ErrorContains is matched case-insensitively by the database's
+// ILIKE, its % and _ taken literally.
 func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, error) {
 	limit := q.Limit
 	if limit <= 0 {
@@ -72,6 +74,9 @@ func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, 
 		shape |= listByError
 		args = append(args, "%"+likeEscaper.Replace(q.ErrorContains)+"%")
 	}
+	if q.Order == journal.SoonestDue {
+		shape |= listByDue
+	}
 	rows, err := j.db.Query(ctx, j.sql.list[shape], args...)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: runs: %w", j.t.Runs, err)
@@ -82,6 +87,60 @@ func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, 
 	}
 	return runs, nil
 }
+
+// RunsByIDPrefix returns the runs whose id begins with prefix, in id
+// order (by bytes, as the column's "C" collation sorts), at most limit
+// (journal.DefaultLimit when 0 or less). It reads one range of the
+// primary key, from prefix to the least text above every text that
+// begins with it, so a short prefix costs no more than its limit. A
+// prefix that is not UTF-8 text without NUL bytes begins no run's id.
+func (j *SQLJournal) RunsByIDPrefix(ctx context.Context, prefix string, limit int) ([]journal.Run, error) {
+	if limit <= 0 {
+		limit = journal.DefaultLimit
+	}
+	if !journal.Text(prefix) {
+		return []journal.Run{}, nil
+	}
+	stmt, args := j.sql.prefix, []any{prefix, limit}
+	if end, ok := prefixEnd(prefix); ok {
+		stmt, args = j.sql.prefixBounded, append(args, end)
+	}
+	rows, err := j.db.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: runs whose id begins with %q: %w", j.t.Runs, prefix, err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRun)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: runs whose id begins with %q: %w", j.t.Runs, prefix, err)
+	}
+	return runs, nil
+}
+
+// prefixEnd is the least text above every text that begins with prefix,
+// in byte order (for UTF-8, the order of code points): prefix with its
+// last rune made the next one, surrogates skipped, after dropping
+// trailing U+10FFFF runes, which have no next. There is none (false) for
+// "" and a prefix of U+10FFFF runes only. prefix is valid UTF-8.
+func prefixEnd(prefix string) (string, bool) {
+	r := []rune(prefix)
+	for i := len(r) - 1; i >= 0; i-- {
+		if r[i] == unicode.MaxRune {
+			continue
+		}
+		next := r[i] + 1
+		if next >= surrogateMin && next <= surrogateMax {
+			next = surrogateMax + 1
+		}
+		return string(r[:i]) + string(next), true
+	}
+	return "", false
+}
+
+// The UTF-16 surrogates, which are not runes of UTF-8 text.
+const (
+	surrogateMin = 0xd800
+	surrogateMax = 0xdfff
+)
 
 // likeEscaper makes a text match itself in a LIKE pattern (backslash is
 // LIKE's default escape).
@@ -152,13 +211,17 @@ func utcPtr(t *time.Time) *time.Time {
 const (
 	listByFlow = 1 << iota
 	listByError
+	listByDue
 )
 
 // journalStatements are the journal's statements, rendered for its tables
 // once.
 type journalStatements struct {
 	record, run, timeline, purge string
-	list                         [4]string
+	// prefix and prefixBounded are RunsByIDPrefix's, without and with an
+	// end to the range.
+	prefix, prefixBounded string
+	list                  [8]string
 }
 
 func renderJournalStatements(t Tables) journalStatements {
@@ -213,6 +276,9 @@ func renderJournalStatements(t Tables) journalStatements {
 				             EXCLUDED.input IS NOT NULL AND (cur.input IS NULL OR EXCLUDED.input_replays > cur.input_replays) AS newer_input
 				      FROM array_position($1::text[], EXCLUDED.run_id) AS i) AS d)`),
 		run: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = $1`),
+		// $1 the prefix, $2 the limit, $3 where the prefix's range ends.
+		prefix:        t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id >= $1 ORDER BY r.run_id LIMIT $2`),
+		prefixBounded: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id >= $1 AND r.run_id < $3 ORDER BY r.run_id LIMIT $2`),
 		timeline: t.render(`
 			SELECT r.flow, e.key, e.seq, e.kind, e.step, e.attempt, e.outcome, e.started_at, e.ended_at,
 				e.error, e.queue, e.due_at, e.status, e.run_step, e.replays, e.dead_letter
@@ -237,33 +303,40 @@ func renderJournalStatements(t Tables) journalStatements {
 	// $1 statuses, $2 since, $3 before, $4 limit, then the flow and the
 	// error pattern when the shape has them.
 	for shape := range s.list {
-		var flow, needle string
+		var filter, needle string
 		next := 5
 		if shape&listByFlow != 0 {
-			flow = fmt.Sprintf(" AND r.flow = $%d", next)
+			filter = fmt.Sprintf(" AND r.flow = $%d", next)
 			next++
 		}
 		if shape&listByError != 0 {
 			needle = fmt.Sprintf(" AND r.error <> '' AND r.error ILIKE $%d", next)
 		}
+		order := `r.started_at DESC, r.run_id DESC`
+		if shape&listByDue != 0 {
+			filter += ` AND r.due_at IS NOT NULL`
+			order = `r.due_at, r.run_id`
+		}
 		if needle == "" {
-			// One newest-first index range per status, merged: a few
-			// hundred rows read whatever the table holds.
+			// One index range per status (newest first, or soonest due
+			// first on the runs with a due time), merged: a few hundred
+			// rows read whatever the table holds.
 			s.list[shape] = t.render(`
 				SELECT ` + runColumns + ` FROM unnest($1::text[]) AS s(status)
 				CROSS JOIN LATERAL (
 					SELECT * FROM {{runs}} r
-					WHERE r.status = s.status` + flow + ` AND r.started_at >= $2 AND r.started_at < $3
-					ORDER BY r.started_at DESC, r.run_id DESC LIMIT $4) r
-				ORDER BY r.started_at DESC, r.run_id DESC LIMIT $4`)
+					WHERE r.status = s.status` + filter + ` AND r.started_at >= $2 AND r.started_at < $3
+					ORDER BY ` + order + ` LIMIT $4) r
+				ORDER BY ` + order + ` LIMIT $4`)
 			continue
 		}
 		// Runs with an error are few; their partial index is walked
-		// newest first until the limit matches.
+		// newest first until the limit matches (or, soonest due first,
+		// read whole and sorted).
 		s.list[shape] = t.render(`
 			SELECT ` + runColumns + ` FROM {{runs}} r
-			WHERE r.status = ANY($1::text[]) AND r.started_at >= $2 AND r.started_at < $3` + flow + needle + `
-			ORDER BY r.started_at DESC, r.run_id DESC LIMIT $4`)
+			WHERE r.status = ANY($1::text[]) AND r.started_at >= $2 AND r.started_at < $3` + filter + needle + `
+			ORDER BY ` + order + ` LIMIT $4`)
 	}
 	return s
 }

@@ -176,6 +176,9 @@ func sameJournals(t *testing.T, want, got journal.Journal) {
 		{Limit: 1000}, {Flow: "flow1"}, {Statuses: []journal.Status{journal.Failed, journal.Running, journal.Failed}},
 		{Flow: "flow0", Statuses: []journal.Status{journal.Completed, journal.Waiting}}, {Since: jat(3000), Before: jat(9000)},
 		{ErrorContains: "card declined"}, {ErrorContains: "% _"}, {ErrorContains: "0%"}, {Flow: "flow2", ErrorContains: "O"}, {Limit: 2},
+		{Order: journal.SoonestDue}, {Order: journal.SoonestDue, Flow: "flow1", Limit: 3},
+		{Order: journal.SoonestDue, Statuses: []journal.Status{journal.Waiting, journal.Failed}, Limit: 2},
+		{Order: journal.SoonestDue, ErrorContains: "o", Since: jat(2000)},
 	} {
 		w, err := want.Runs(ctx, q)
 		require.NoError(t, err)
@@ -187,6 +190,13 @@ func sameJournals(t *testing.T, want, got journal.Journal) {
 			continue
 		}
 		require.Equal(t, w, g, "query %+v", q)
+	}
+	for _, prefix := range []string{"", "r", "r1", "r10", "r1x", "x"} {
+		w, err := want.RunsByIDPrefix(ctx, prefix, 5)
+		require.NoError(t, err)
+		g, err := got.RunsByIDPrefix(ctx, prefix, 5)
+		require.NoError(t, err)
+		require.Equal(t, w, g, "prefix %q", prefix)
 	}
 }
 

@@ -162,6 +162,8 @@ func (t Tables) render(sql string) string {
 		"{{runs_status_idx}}", q(t.Runs+"_status_idx"),
 		"{{runs_error_idx}}", q(t.Runs+"_error_idx"),
 		"{{runs_ended_idx}}", q(t.Runs+"_ended_idx"),
+		"{{runs_due_idx}}", q(t.Runs+"_due_idx"),
+		"{{runs_flow_due_idx}}", q(t.Runs+"_flow_due_idx"),
 		"{{run_events}}", q(t.RunEvents),
 		"{{run_data}}", q(t.RunData),
 		"{{cron_fires}}", q(t.CronFires),

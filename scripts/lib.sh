@@ -12,12 +12,17 @@ die() {
 }
 
 # as USER CMD...: CMD as USER when we are root (the servers refuse to run
-# as root, or should not), as ourselves otherwise.
+# as root, or should not), as ourselves otherwise. As USER it runs in /:
+# it would inherit the checkout as its working directory, which USER may
+# not be allowed to enter (a checkout in a 0700 home or temp directory),
+# and rabbitmqctl then fails to load its code (eacces) and pg_ctl says
+# "could not change directory". The paths given to it are absolute: the
+# working directory is (work_start), and so is everything under it.
 as() {
 	local user=$1
 	shift
 	if [ "$(id -u)" -eq 0 ]; then
-		runuser -u "$user" -- "$@"
+		(cd / && exec runuser -u "$user" -- "$@")
 	else
 		"$@"
 	fi
@@ -95,10 +100,10 @@ rnode_ctl() {
 # waits until it runs.
 rnode_launch() {
 	# setsid: a ^C meant for the driver must not reach the node; the trap
-	# stops it.
-	local user=()
-	[ "$(id -u)" -ne 0 ] || user=(runuser -u rabbitmq --)
-	setsid "${user[@]}" env "${renv[@]}" "$rabbit_bin/rabbitmq-server" \
+	# stops it. As rabbitmq it runs in /, for the reason given at as().
+	local user=() cwd=.
+	[ "$(id -u)" -ne 0 ] || user=(runuser -u rabbitmq --) cwd=/
+	(cd "$cwd" && exec setsid "${user[@]}" env "${renv[@]}" "$rabbit_bin/rabbitmq-server") \
 		</dev/null >>"$rdir/log/server.out" 2>&1 &
 	echo $! >"$rdir/launcher.pid"
 }
@@ -166,6 +171,7 @@ work_start() {
 	here=$(cd "$(dirname "$0")" && pwd)
 	root=$(cd "$here/.." && pwd)
 	dir=$(mktemp -d "${TMPDIR:-/tmp}/acemq-$1.XXXXXX")
+	dir=$(cd "$dir" && pwd) # absolute, even under a relative TMPDIR: see as()
 	chmod 755 "$dir"
 	keep=$2
 	build=

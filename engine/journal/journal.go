@@ -186,7 +186,7 @@ func Seq(replays, stage, attempt, phase int) int64 {
 // step of its route.
 const CompensationStage = 1 << 20
 
-// Query selects runs, newest first.
+// Query selects runs, newest first unless Order says otherwise.
 type Query struct {
 	// Flow, when set, keeps only runs of that flow.
 	Flow string
@@ -199,9 +199,25 @@ type Query struct {
 	// ErrorContains keeps only runs whose error contains it (case
 	// insensitive).
 	ErrorContains string
+	// Order is the order of the answer, and so which runs Limit keeps
+	// (zero: NewestFirst).
+	Order Order
 	// Limit caps the answer (0 = DefaultLimit).
 	Limit int
 }
+
+// Order is the order a Query answers in.
+type Order int
+
+// The orders of a Query.
+const (
+	// NewestFirst: by start, newest first, then by run id, descending.
+	NewestFirst Order = iota
+	// SoonestDue: only runs with a due time (DueAt: waiting on the
+	// ladder, or failed and held for a replay), soonest due first, then by
+	// run id: the Limit runs due soonest, not the newest ones sorted.
+	SoonestDue
+)
 
 // DefaultLimit is how many runs a Query without a Limit returns.
 const DefaultLimit = 100
@@ -214,8 +230,12 @@ type Journal interface {
 	Record(ctx context.Context, events []Event) error
 	// Run returns one run, or an error matching ErrRunNotFound.
 	Run(ctx context.Context, id string) (Run, error)
-	// Runs returns the runs q selects, newest first.
+	// Runs returns the runs q selects, in q's Order.
 	Runs(ctx context.Context, q Query) ([]Run, error)
+	// RunsByIDPrefix returns the runs whose id begins with prefix, in id
+	// order (by bytes), at most limit (DefaultLimit when 0 or less): how
+	// a person's shortened run id is found (see Resolve).
+	RunsByIDPrefix(ctx context.Context, prefix string, limit int) ([]Run, error)
 	// Timeline returns a run's events in order (by Seq, then time), or an
 	// error matching ErrRunNotFound.
 	Timeline(ctx context.Context, id string) ([]Event, error)

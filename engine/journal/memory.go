@@ -180,13 +180,10 @@ func (m *Memory) Run(_ context.Context, id string) (Run, error) {
 	return r.run, nil
 }
 
-// Runs returns the runs q selects, newest first.
+// Runs returns the runs q selects, in q's Order.
 func (m *Memory) Runs(_ context.Context, q Query) ([]Run, error) {
-	limit := q.Limit
-	if limit <= 0 {
-		limit = DefaultLimit
-	}
 	needle := strings.ToLower(q.ErrorContains)
+	byDue := q.Order == SoonestDue
 	m.mu.RLock()
 	out := []Run{}
 	for _, r := range m.runs {
@@ -196,22 +193,49 @@ func (m *Memory) Runs(_ context.Context, q Query) ([]Run, error) {
 			len(q.Statuses) > 0 && !slices.Contains(q.Statuses, run.Status),
 			!q.Since.IsZero() && run.StartedAt.Before(q.Since),
 			!q.Before.IsZero() && !run.StartedAt.Before(q.Before),
-			needle != "" && !strings.Contains(strings.ToLower(run.Error), needle):
+			needle != "" && !strings.Contains(strings.ToLower(run.Error), needle),
+			byDue && run.DueAt == nil:
 			continue
 		}
 		out = append(out, run)
 	}
 	m.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Run) int {
-		if c := b.StartedAt.Compare(a.StartedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.ID, a.ID)
-	})
-	if len(out) > limit {
-		out = out[:limit]
+	if byDue {
+		slices.SortFunc(out, func(a, b Run) int {
+			return cmp.Or(a.DueAt.Compare(*b.DueAt), cmp.Compare(a.ID, b.ID))
+		})
+	} else {
+		slices.SortFunc(out, func(a, b Run) int {
+			return cmp.Or(b.StartedAt.Compare(a.StartedAt), cmp.Compare(b.ID, a.ID))
+		})
 	}
-	return out, nil
+	return limited(out, q.Limit), nil
+}
+
+// RunsByIDPrefix returns the runs whose id begins with prefix, in id
+// order, at most limit (DefaultLimit when 0 or less).
+func (m *Memory) RunsByIDPrefix(_ context.Context, prefix string, limit int) ([]Run, error) {
+	m.mu.RLock()
+	out := []Run{}
+	for id, r := range m.runs {
+		if strings.HasPrefix(id, prefix) {
+			out = append(out, r.run)
+		}
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Run) int { return strings.Compare(a.ID, b.ID) })
+	return limited(out, limit), nil
+}
+
+// limited is runs cut to limit (DefaultLimit when 0 or less).
+func limited(runs []Run, limit int) []Run {
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	if len(runs) > limit {
+		runs = runs[:limit]
+	}
+	return runs
 }
 
 // Timeline returns a run's events in order, or an error matching

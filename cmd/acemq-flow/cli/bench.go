@@ -27,7 +27,7 @@ func (a *app) benchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure every figure of the project against its baseline on this broker",
-		Long: "Measure, on the broker --url names (the embedded one without it), each figure of the\n" +
+		Long: "Measure, on the broker --url names (--url " + EmbeddedURL + ": the in-process one), each figure of the\n" +
 			"project beside its baseline, in the same run:\n" +
 			"  core     confirmed publish and acknowledged consume through the library vs amqp091-go\n" +
 			"  flow     3-step flow runs/s and latency vs a plain consume-republish-ack chain (also\n" +
@@ -59,12 +59,15 @@ func (a *app) benchCommand() *cobra.Command {
 					"put them in the amqps:// URL's query (%s, %s, %s, %s)",
 					rabbitmq.QueryCACertFile, rabbitmq.QueryCertFile, rabbitmq.QueryKeyFile, rabbitmq.QueryServerName)
 			}
+			if url == "" {
+				return fmt.Errorf("bench: %w", ErrNoBroker)
+			}
 			cfg := benchmark.Config{URL: url, N: n, LadderDelay: ladderDelay, Logger: a.logger(cmd)}
-			if cfg.URL == "" || cfg.URL == EmbeddedURL {
+			if cfg.URL == EmbeddedURL {
 				// A named in-process broker, so that the run's connections
 				// share it.
 				cfg.URL = EmbeddedURL + "acemq-bench"
-				fmt.Fprintln(cmd.ErrOrStderr(), "using the embedded in-process broker (set ACEMQ_URL to use RabbitMQ)")
+				fmt.Fprintln(cmd.ErrOrStderr(), "measuring the embedded in-process broker (--url "+EmbeddedURL+")")
 			}
 			db, err := a.openDatabase(cmd)
 			if err != nil {
@@ -105,7 +108,7 @@ func (a *app) benchCommand() *cobra.Command {
 			if output == outputJSON {
 				return writeJSON(cmd.OutOrStdout(), rep)
 			}
-			return writeBench(cmd.OutOrStdout(), rep)
+			return writeBench(cmd.OutOrStdout(), a.name, rep)
 		},
 	}
 	addURLFlag(cmd, &url)
@@ -116,10 +119,10 @@ func (a *app) benchCommand() *cobra.Command {
 	return cmd
 }
 
-// writeBench prints a bench report for people: what was measured where,
-// one row per figure, and the notes.
-func writeBench(w io.Writer, rep *benchmark.Report) error {
-	fmt.Fprintf(w, "acemq-flow bench on %s\n", rep.Broker)
+// writeBench prints a bench report of the binary program for people:
+// what was measured where, one row per figure, and the notes.
+func writeBench(w io.Writer, program string, rep *benchmark.Report) error {
+	fmt.Fprintf(w, "%s bench on %s\n", program, rep.Broker)
 	if rep.Database != "" {
 		fmt.Fprintf(w, "database: %s\n", rep.Database)
 	}

@@ -39,7 +39,7 @@ func TestBenchRendering(t *testing.T) {
 	t.Parallel()
 	rep := fixedReport()
 	var out bytes.Buffer
-	require.NoError(t, writeBench(&out, rep))
+	require.NoError(t, writeBench(&out, testName, rep))
 	want := "acemq-flow bench on RabbitMQ 3.10.8 at amqp://guest@127.0.0.1:5672/\n" +
 		"database: postgres://postgres@127.0.0.1:5432/test\n" +
 		"10000 messages per figure, GOMAXPROCS 2 of 2 CPUs, go1.26.8, " + rep.Started.Local().Format(time.DateTime) + ", took 1m2s\n" +
@@ -99,7 +99,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 	r = execute(t, nil, "bench", "--broker-ca-file", "/etc/ca.pem")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "bench takes no --broker-ca-file")
-	r = execute(t, nil, "bench", "--only", "outbox")
+	r = execute(t, nil, "bench", "--only", "outbox", "--url", "memory://")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "--only outbox: no database: set --database-url / ACEMQ_DATABASE_URL")
 }
@@ -250,9 +250,9 @@ func TestBenchOnRabbitMQ(t *testing.T) {
 
 func TestBenchOnTheEmbeddedBroker(t *testing.T) {
 	t.Parallel()
-	r := execute(t, nil, "bench", "--n", "40", "--only", "request,core", "-o", "json")
+	r := execute(t, nil, "bench", "--n", "40", "--only", "request,core", "-o", "json", "--url", "memory://")
 	require.Zero(t, r.code, r.stderr)
-	require.Contains(t, r.stderr, "using the embedded in-process broker")
+	require.Contains(t, r.stderr, "measuring the embedded in-process broker (--url memory://)")
 	var rep benchmark.Report
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
 	require.Equal(t, "the embedded in-process broker", rep.Broker)

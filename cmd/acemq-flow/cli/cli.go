@@ -4,15 +4,22 @@
 //
 //	func main() { cli.Main(orders.PlaceOrder, billing.Invoice) }
 //
-// Every flag has an environment fallback, ACEMQ_ followed by the flag's
-// name in upper case with dashes as underscores (--url is ACEMQ_URL); a
-// flag given on the command line wins. Data goes to standard output (one
+// The connection and global flags have an environment fallback, ACEMQ_
+// followed by the flag's name in upper case with dashes as underscores
+// (--url is ACEMQ_URL): --url, --database-url, --ladder, --log-level and
+// the --broker-* TLS files, and dashboard's --token (ACEMQ_DASHBOARD_TOKEN);
+// a flag given on the command line wins. Every other flag (--limit,
+// --run-id, --status, --output, ...) is per call and read from the
+// command line only, so that an exported variable never changes every
+// command with a flag of that name. Data goes to standard output (one
 // JSON document with --output json), logs and errors to standard error, and
-// a failed command exits with status 1. Without --url the commands that
-// need a broker run on the embedded in-process one and say so; without
-// --database-url the run journal and the idempotency store are in memory,
-// and the commands that read runs recorded by other processes say that
-// they cannot see them.
+// a failed command exits with status 1. A command that needs a broker
+// refuses to run without --url (ErrNoBroker): on an in-process broker of
+// its own, what it published would be gone when it exits. --url memory://
+// asks for that in-process broker; demo and dev run on one unasked.
+// Without --database-url the run journal and the idempotency store are in
+// memory: runs list and runs show refuse, and the other commands that
+// read runs recorded by other processes say that they cannot see them.
 package cli
 
 import (
@@ -23,6 +30,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -34,17 +43,38 @@ import (
 	"github.com/acemq/acemq-flow/dsl"
 )
 
-// Version is the acemq-flow version, set when building with
+// Version is the version `version` prints (acemq-flow's, or that of a
+// binary of one's own), set when building with
 //
 //	-ldflags "-X github.com/acemq/acemq-flow/cmd/acemq-flow/cli.Version=v1.2.3"
 var Version = "dev"
 
-// EmbeddedURL is the broker used when no --url is given: the in-process
-// loopback, which needs nothing installed.
+// EmbeddedURL is the in-process broker (the loopback, which needs nothing
+// installed): what demo and dev run on, and what --url memory:// asks a
+// command to run on. It lives in the process, and what is published to it
+// is gone when the process exits.
 const EmbeddedURL = "memory://"
 
-// envPrefix starts the environment fallback of every flag.
+// ErrNoBroker: the command needs a broker and no --url was given. It does
+// not fall back to the in-process broker, where a run it started, or a
+// message it moved, would be lost when it exits.
+var ErrNoBroker = errors.New("no broker: set --url / ACEMQ_URL to the RabbitMQ the workers use " +
+	"(amqp://user:password@host:5672/vhost), or --url " + EmbeddedURL + " for a broker inside this one process, " +
+	"gone when it exits")
+
+// envPrefix starts the name of every flag's environment fallback.
 const envPrefix = "ACEMQ_"
+
+// envFlags are the flags that can also be set from the environment (see
+// envName): the connection (the broker, TLS to it, its scheduler ladder,
+// the database) and the log level, which mean the same to every command.
+// Every other flag is per call and comes from the command line only: a
+// variable named after one (ACEMQ_RUN_ID, ACEMQ_LIMIT) would change every
+// command with a flag of that name. A flag of one command may have a
+// fallback of its own, or none although it is named like one of these,
+// through envAnnotation.
+var envFlags = []string{"url", "database-url", "ladder", "log-level",
+	"broker-ca-file", "broker-cert-file", "broker-key-file", "broker-server-name"}
 
 // lookupEnv reads one environment variable; os.LookupEnv outside tests.
 type lookupEnv func(key string) (string, bool)
@@ -53,18 +83,46 @@ type lookupEnv func(key string) (string, bool)
 // and the given flows (what worker works, start starts, replay replays),
 // cancelling the command's context on SIGINT or SIGTERM so that a running
 // command (a worker) can drain, and exits with status 1 if the command
-// fails. A flow that was not built is reported by the commands that use
-// flows, not by the others.
+// fails. The commands call themselves by the binary's name (os.Args[0]
+// without its directory) in their help, their errors and the commands
+// they suggest, so that a binary of one's own does not say acemq-flow. A
+// flow that was not built is reported by the commands that use flows, not
+// by the others.
 func Main(flows ...*dsl.FlowDef) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.LookupEnv, flows, os.Args[1:], streams{in: os.Stdin, out: os.Stdout, err: os.Stderr})
+	code := run(ctx, binaryName(), os.LookupEnv, flows, os.Args[1:], streams{in: os.Stdin, out: os.Stdout, err: os.Stderr})
 	stop()
 	os.Exit(code)
 }
 
-// NewRoot builds the acemq-flow command tree for flows, reading flag
-// fallbacks from the process environment. Execute it with ExecuteContext.
-func NewRoot(flows ...*dsl.FlowDef) *cobra.Command { return newRoot(os.LookupEnv, flows) }
+// NewRoot builds the command tree for flows, named after the binary as
+// Main names it and reading flag fallbacks from the process environment.
+// Execute it with ExecuteContext. NewRootNamed names it otherwise.
+func NewRoot(flows ...*dsl.FlowDef) *cobra.Command { return NewRootNamed(binaryName(), flows...) }
+
+// NewRootNamed is NewRoot with the name the commands call themselves by
+// in their help and messages (root.Use is that name; setting Use after
+// building changes the usage lines only). An empty name is acemq-flow.
+func NewRootNamed(name string, flows ...*dsl.FlowDef) *cobra.Command {
+	return newRoot(name, os.LookupEnv, flows)
+}
+
+// defaultName is what the command line calls itself when it has no name
+// of its own: the acemq-flow binary's.
+const defaultName = "acemq-flow"
+
+// binaryName is the name the process was started by, without its
+// directory (and without .exe); defaultName when there is none.
+func binaryName() string {
+	if len(os.Args) == 0 {
+		return defaultName
+	}
+	name := strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe")
+	if name == "" || name == "." || name == string(filepath.Separator) {
+		return defaultName
+	}
+	return name
+}
 
 // streams are a command's standard input, output and error.
 type streams struct {
@@ -72,23 +130,26 @@ type streams struct {
 	out, err io.Writer
 }
 
-// run executes the command tree with args and returns the exit status.
-func run(ctx context.Context, env lookupEnv, flows []*dsl.FlowDef, args []string, s streams) int {
-	root := newRoot(env, flows)
+// run executes the command tree, called name, with args and returns the
+// exit status.
+func run(ctx context.Context, name string, env lookupEnv, flows []*dsl.FlowDef, args []string, s streams) int {
+	root := newRoot(name, env, flows)
 	root.SetArgs(args)
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(s.err, "acemq-flow: %v\n", err)
+		fmt.Fprintf(s.err, "%s: %v\n", root.Name(), err)
 		return 1
 	}
 	return 0
 }
 
-// app is what the commands share: the environment, the flows and the
-// global flags.
+// app is what the commands share: the binary's name, the environment,
+// the flows and the global flags.
 type app struct {
+	// name is what the commands call themselves in help and messages.
+	name  string
 	env   lookupEnv
 	flows []*dsl.FlowDef
 	// logLevel is --log-level; logLevelSet says it was given (on the
@@ -107,14 +168,21 @@ type app struct {
 	meterProvider metric.MeterProvider
 }
 
-func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
-	a := &app{env: env, flows: flows, logLevel: slog.LevelWarn}
+func newRoot(name string, env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
+	if name == "" {
+		name = defaultName
+	}
+	a := &app{name: name, env: env, flows: flows, logLevel: slog.LevelWarn}
 	root := &cobra.Command{
-		Use:   "acemq-flow",
+		Use:   name,
 		Short: "A workflow engine for Go services on RabbitMQ",
-		Long: "acemq-flow runs pipelines and sagas on RabbitMQ, on the AceMQ wire contract.\n\n" +
-			"Every flag can also be set from the environment: ACEMQ_ followed by the flag's name\n" +
-			"in upper case, dashes as underscores (--url is ACEMQ_URL).",
+		Long: name + " runs pipelines and sagas on RabbitMQ, on the AceMQ wire contract.\n\n" +
+			"The connection and global flags can also be set from the environment: --url (ACEMQ_URL),\n" +
+			"--database-url (ACEMQ_DATABASE_URL), --ladder (ACEMQ_LADDER), --log-level (ACEMQ_LOG_LEVEL),\n" +
+			"--broker-ca-file, --broker-cert-file, --broker-key-file and --broker-server-name\n" +
+			"(ACEMQ_BROKER_CA_FILE, ACEMQ_BROKER_CERT_FILE, ACEMQ_BROKER_KEY_FILE, ACEMQ_BROKER_SERVER_NAME),\n" +
+			"and dashboard's --token (ACEMQ_DASHBOARD_TOKEN); a flag on the command line wins. Every other\n" +
+			"flag (--limit, --run-id, --status, --output, ...) is read from the command line only.",
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.applyEnv(cmd) },
@@ -129,30 +197,41 @@ func newRoot(env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 	return root
 }
 
-// envName is the environment fallback of a flag.
+// envName is the environment fallback of a flag of envFlags.
 func envName(flag string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// envAnnotation, on a flag, names its environment fallback when that is
-// not envName of the flag's name: dashboard's --token is
-// ACEMQ_DASHBOARD_TOKEN, since ACEMQ_TOKEN would not say whose token it is.
+// envAnnotation, on a flag, names its environment fallback, overriding
+// envFlags: dashboard's --token is ACEMQ_DASHBOARD_TOKEN (a secret is
+// better kept off the command line, and ACEMQ_TOKEN would not say whose
+// token it is); "" is none, for a per-call flag named like one of
+// envFlags (demo's --ladder, its own).
 const envAnnotation = "acemq-env"
 
-// flagEnv is the environment fallback of f.
+// setFlagEnv gives the flag name of fs the environment fallback env (""
+// for none), overriding envFlags.
+func setFlagEnv(fs *pflag.FlagSet, name, env string) {
+	fs.Lookup(name).Annotations = map[string][]string{envAnnotation: {env}}
+}
+
+// flagEnv is the environment fallback of f, "" when it has none.
 func flagEnv(f *pflag.Flag) string {
 	if names := f.Annotations[envAnnotation]; len(names) > 0 {
 		return names[0]
 	}
-	return envName(f.Name)
+	if slices.Contains(envFlags, f.Name) {
+		return envName(f.Name)
+	}
+	return ""
 }
 
-// applyEnv sets every flag of cmd not given on the command line from its
-// environment fallback, if that is set.
+// applyEnv sets every flag of cmd that has an environment fallback and
+// was not given on the command line from that variable, if it is set.
 func (a *app) applyEnv(cmd *cobra.Command) error {
 	var errs []error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == "help" {
+		if f.Changed || flagEnv(f) == "" {
 			return
 		}
 		v, ok := a.env(flagEnv(f))
@@ -166,14 +245,15 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 	return errors.Join(errs...)
 }
 
-// documentEnv appends each flag's environment fallback to its help text.
+// documentEnv appends each flag's environment fallback, if it has one, to
+// its help text.
 func documentEnv(root *cobra.Command) {
 	seen := map[*pflag.Flag]bool{}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		for _, fs := range []*pflag.FlagSet{c.PersistentFlags(), c.LocalNonPersistentFlags()} {
 			fs.VisitAll(func(f *pflag.Flag) {
-				if seen[f] || f.Name == "help" {
+				if seen[f] || flagEnv(f) == "" {
 					return
 				}
 				seen[f] = true
@@ -192,8 +272,8 @@ func (a *app) logger(cmd *cobra.Command) *slog.Logger {
 	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: a.logLevel}))
 }
 
-// open connects to url, or to the embedded broker when url is empty,
-// saying so on stderr.
+// open connects to url. It refuses an empty url with ErrNoBroker, naming
+// the command.
 func (a *app) open(cmd *cobra.Command, url, ladder string) (*broker.Conn, error) {
 	return a.openWith(cmd, url, broker.Config{Ladder: ladder})
 }
@@ -201,8 +281,7 @@ func (a *app) open(cmd *cobra.Command, url, ladder string) (*broker.Conn, error)
 // openWith is open with more of the connection's config.
 func (a *app) openWith(cmd *cobra.Command, url string, cfg broker.Config) (*broker.Conn, error) {
 	if url == "" {
-		url = EmbeddedURL
-		fmt.Fprintln(cmd.ErrOrStderr(), "using the embedded in-process broker (set ACEMQ_URL to use RabbitMQ)")
+		return nil, fmt.Errorf("%s: %w", commandName(cmd), ErrNoBroker)
 	}
 	cfg.Logger = a.logger(cmd)
 	if err := a.brokerTLS.apply(url, &cfg.RabbitMQ); err != nil {
@@ -226,9 +305,18 @@ func closeConn(ctx context.Context, conn *broker.Conn, err *error) {
 	}
 }
 
-// addURLFlag registers --url on cmd.
+// commandName is cmd's path without the binary's name: "topology apply".
+func commandName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+// urlUsage is the help of --url.
+const urlUsage = "broker URL: amqp://user:password@host:5672/vhost for RabbitMQ (a cluster's nodes: amqp://user:password@host1:5672,host2:5672/vhost; TLS: amqps://), " +
+	"or " + EmbeddedURL + " for a broker inside this one process, which no other process reaches and whose messages are gone when it exits (for trying a command, and for tests)"
+
+// addURLFlag registers --url, which the command requires, on cmd.
 func addURLFlag(cmd *cobra.Command, url *string) {
-	cmd.Flags().StringVar(url, "url", "", "broker URL: amqp://user:password@host:5672/vhost for RabbitMQ (a cluster's nodes: amqp://user:password@host1:5672,host2:5672/vhost; TLS: amqps://), "+EmbeddedURL+" for the embedded broker (default: the embedded broker)")
+	cmd.Flags().StringVar(url, "url", "", urlUsage+" (required)")
 }
 
 // addLadderFlag registers --ladder on fs.

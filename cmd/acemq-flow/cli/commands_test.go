@@ -128,11 +128,10 @@ func TestAFlowThatWasNotBuiltFailsOnlyTheCommandsThatUseFlows(t *testing.T) {
 
 func TestStartOnTheEmbeddedBroker(t *testing.T) {
 	t.Parallel()
-	inv := invocation{flows: unitFlows("unit")}
+	inv := invocation{flows: unitFlows("unit"), env: map[string]string{"ACEMQ_URL": "memory://"}}
 	r := executeWith(t, inv, "start", "unit.orders", "--payload", `{"id":"o-7","amount":3}`)
 	require.Zero(t, r.code, r.stderr)
 	require.Regexp(t, `^[0-9a-f-]{36}\n$`, r.stdout, "text output is the run id alone")
-	require.Contains(t, r.stderr, "using the embedded in-process broker")
 	require.Contains(t, r.stderr, noDatabaseStart)
 
 	r = executeWith(t, inv, "start", "unit.orders", "--payload", `{"id":"o-8","amount":3}`, "--run-id", "mine-1", "--in", "1h", "-o", "json")
@@ -177,9 +176,9 @@ func TestStartRefusesWhatDoesNotFit(t *testing.T) {
 			"", []string{`--payload is required: stdin was empty`}, false},
 		{"not JSON", []string{"start", "unit.orders", "--payload", "{id:"},
 			"", []string{`payload does not fit the flow: the payload is not JSON`, `e.g. --payload`}, false},
-		{"wrong type", []string{"start", "unit.orders", "--payload", `{"id":"x","amount":"many"}`},
+		{"wrong type", []string{"start", "unit.orders", "--payload", `{"id":"x","amount":"many"}`, "--url", "memory://"},
 			"", []string{`payload does not fit the flow: flow "unit.orders" takes cli.unitOrder`, `e.g. --payload '{"id":"o-1","amount":42}'`}, true},
-		{"unknown field", []string{"start", "unit.orders", "--payload", `{"id":"x","colour":"red"}`},
+		{"unknown field", []string{"start", "unit.orders", "--payload", `{"id":"x","colour":"red"}`, "--url", "memory://"},
 			"", []string{`unknown field "colour"`}, true},
 		{"unknown flow", []string{"start", "nope", "--payload", `{}`},
 			"", []string{`start: unknown flow: "nope"`}, false},
@@ -203,7 +202,7 @@ func TestStartRefusesWhatDoesNotFit(t *testing.T) {
 				require.Contains(t, r.stderr, w)
 			}
 			if !tc.connects {
-				require.NotContains(t, r.stderr, "embedded", "refused before connecting to anything")
+				require.NotContains(t, r.stderr, "no broker", "refused before connecting to anything (there is no --url)")
 			}
 		})
 	}
@@ -320,30 +319,6 @@ func TestFormatting(t *testing.T) {
 	require.Equal(t, "A    B\nx y  multi line\n", buf.String())
 }
 
-func TestRunsWithoutADatabase(t *testing.T) {
-	t.Parallel()
-	r := execute(t, nil, "runs", "list")
-	require.Zero(t, r.code, r.stderr)
-	require.Empty(t, r.stdout)
-	require.Contains(t, r.stderr, "no database (--database-url / ACEMQ_DATABASE_URL)")
-	require.Contains(t, r.stderr, "set ACEMQ_DATABASE_URL to the workers' database")
-
-	r = execute(t, nil, "runs", "list", "-o", "json")
-	require.Zero(t, r.code, r.stderr)
-	require.Equal(t, "[]\n", r.stdout)
-
-	r = execute(t, nil, "runs", "show", "run-42")
-	require.Equal(t, 1, r.code)
-	require.Empty(t, r.stdout)
-	require.Contains(t, r.stderr, noDatabaseReader)
-	require.Contains(t, r.stderr, `runs show: run not found: "run-42"`)
-
-	r = execute(t, nil, "runs", "list", "--status", "failed,lost")
-	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, `invalid run status "lost": want one of running, waiting`)
-	require.NotContains(t, r.stderr, "no database", "refused before looking anywhere")
-}
-
 func TestMigrateNeedsADatabase(t *testing.T) {
 	t.Parallel()
 	r := execute(t, nil, "migrate")
@@ -371,7 +346,7 @@ func TestAnUnreachableDatabaseNamesTheFlag(t *testing.T) {
 		require.Empty(t, r.stdout)
 		require.Contains(t, r.stderr, "acemq-flow: --database-url / ACEMQ_DATABASE_URL: connect to postgres://acemq@127.0.0.1:1/test:", "%v", args)
 		require.NotContains(t, r.stderr, "s3cret-pw")
-		require.NotContains(t, r.stderr, "embedded", "the database is opened before the broker")
+		require.NotContains(t, r.stderr, "no broker", "the database is opened before the broker")
 	}
 
 	inv.env = map[string]string{"ACEMQ_DATABASE_URL": "postgres://acemq:s3cret-pw@127.0.0.1:1/test?sslmode=nonsense"}
@@ -395,7 +370,7 @@ func TestRedactedErrorKeepsItsCause(t *testing.T) {
 
 func TestReplayAndCompensateWithoutADatabaseSearchTheDeadLetterQueues(t *testing.T) {
 	t.Parallel()
-	inv := invocation{flows: unitFlows("unit")}
+	inv := invocation{flows: unitFlows("unit"), env: map[string]string{"ACEMQ_URL": "memory://"}}
 	for _, cmd := range []string{"replay", "compensate"} {
 		r := executeWith(t, inv, cmd, "run-404")
 		require.Equal(t, 1, r.code)
@@ -446,7 +421,7 @@ func TestWorkerOnTheEmbeddedBroker(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		code = run(ctx, inv.lookup, inv.flows, []string{"worker"}, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &stderr})
+		code = run(ctx, testName, inv.lookup, inv.flows, []string{"worker"}, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &stderr})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -493,7 +468,7 @@ func TestWorkerWithoutFlows(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "worker: this binary has no flows: build a main of your own that calls cli.Main(flows...)")
 
-	r = executeWith(t, invocation{flows: unitFlows("unit")}, "worker", "--flows", "unit.orders,nope")
+	r = executeWith(t, invocation{flows: unitFlows("unit")}, "worker", "--flows", "unit.orders,nope", "--url", "memory://")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, `worker: unknown flow: "nope"`)
 }
@@ -501,10 +476,10 @@ func TestWorkerWithoutFlows(t *testing.T) {
 func TestNewCommandsNameTheirEnvironmentFallbacks(t *testing.T) {
 	t.Parallel()
 	for cmd, envs := range map[string][]string{
-		"worker":     {"$ACEMQ_DATABASE_URL", "$ACEMQ_URL", "$ACEMQ_LADDER", "$ACEMQ_FLOWS", "$ACEMQ_CLOSE_TIMEOUT"},
-		"start":      {"$ACEMQ_PAYLOAD", "$ACEMQ_RUN_ID", "$ACEMQ_IN", "$ACEMQ_AT", "$ACEMQ_OUTPUT"},
-		"runs list":  {"$ACEMQ_FLOW", "$ACEMQ_STATUS", "$ACEMQ_SINCE", "$ACEMQ_LIMIT", "$ACEMQ_ERROR"},
-		"migrate":    {"$ACEMQ_DATABASE_URL", "$ACEMQ_OUTPUT"},
+		"worker":     {"$ACEMQ_DATABASE_URL", "$ACEMQ_URL", "$ACEMQ_LADDER"},
+		"start":      {"$ACEMQ_URL", "$ACEMQ_LADDER", "$ACEMQ_DATABASE_URL"},
+		"runs list":  {"$ACEMQ_DATABASE_URL", "$ACEMQ_LOG_LEVEL"},
+		"migrate":    {"$ACEMQ_DATABASE_URL"},
 		"replay":     {"$ACEMQ_URL", "$ACEMQ_LADDER"},
 		"compensate": {"$ACEMQ_URL", "$ACEMQ_LADDER"},
 	} {
@@ -532,7 +507,7 @@ func TestWorkerExitsWhenAConsumerEnds(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		code = run(t.Context(), inv.lookup, inv.flows, []string{"worker"}, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &stderr})
+		code = run(t.Context(), testName, inv.lookup, inv.flows, []string{"worker"}, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &stderr})
 	}()
 	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), `msg="worker started"`) }, 10*time.Second, 10*time.Millisecond, stderr.String())
 	_, err := h.Admin.Transport().DeleteQueue(brokertest.Ctx(t), flows[0].Name()+".ship")

@@ -21,12 +21,20 @@ const DefaultDashboardAddr = "127.0.0.1:8080"
 // dashboardTokenEnv is the environment fallback of dashboard's --token.
 const dashboardTokenEnv = "ACEMQ_DASHBOARD_TOKEN"
 
+// noDatabaseDashboard is said on stderr by a dashboard of the binary
+// program without a database.
+func noDatabaseDashboard(program string) string {
+	return "no database (" + databaseFlag + "): the dashboard reads the run journal in this process's memory, " +
+		"where no run is recorded, so it shows nothing; set ACEMQ_DATABASE_URL to the workers' database, " +
+		"or try `" + program + " dev`: a worker, example runs and the dashboard in one process, with nothing installed"
+}
+
 // Notes on stderr about what a dashboard can and cannot do.
 const (
-	noDatabaseDashboard = "no database (" + databaseFlag + "): the dashboard reads the run journal in this process's memory, " +
-		"where no run is recorded, so it shows nothing; set ACEMQ_DATABASE_URL to the workers' database, " +
-		"or try `acemq-flow dev`: a worker, example runs and the dashboard in one process, with nothing installed"
 	noFlowsDashboard = "this binary has no flows: the dashboard only reads (no replay or compensate)"
+	// noBrokerDashboard: replaying into a broker of the dashboard's own
+	// would move messages no worker reads.
+	noBrokerDashboard = "no broker (--url / ACEMQ_URL): the dashboard only reads (no replay or compensate)"
 )
 
 func (a *app) dashboardCommand() *cobra.Command {
@@ -43,8 +51,8 @@ func (a *app) dashboardCommand() *cobra.Command {
 		Long: "Serve the web dashboard on --addr until SIGINT or SIGTERM: the runs of the run journal with\n" +
 			"filters, each run's timeline, failed runs grouped by flow, step and error, and charts of\n" +
 			"the last hour, read from the database (--database-url, the workers' journal); failed runs\n" +
-			"are replayed or compensated through the broker (--url), as `acemq-flow replay` does. It\n" +
-			"needs no worker beside it.\n\n" +
+			"are replayed or compensated through the broker (--url), as `" + a.name + " replay` does. It\n" +
+			"needs no worker beside it. Without --url it only reads.\n\n" +
 			"It listens on 127.0.0.1 unless --addr says otherwise. With --token (or " + dashboardTokenEnv + ")\n" +
 			"every page asks for the token; without one, give the dashboard to this machine only.",
 		Args: cobra.NoArgs,
@@ -58,8 +66,12 @@ func (a *app) dashboardCommand() *cobra.Command {
 			}
 			defer ln.Close() // if never served: Serve closes it
 			cfg := dashboard.Config{Token: token, Hosts: hosts, ReadOnly: readOnly, Logger: a.logger(cmd)}
-			if len(a.flows) == 0 {
-				fmt.Fprintln(cmd.ErrOrStderr(), noFlowsDashboard)
+			if len(a.flows) == 0 || bf.url == "" {
+				if len(a.flows) == 0 {
+					fmt.Fprintln(cmd.ErrOrStderr(), noFlowsDashboard)
+				} else {
+					fmt.Fprintln(cmd.ErrOrStderr(), noBrokerDashboard)
+				}
 				j, done, jerr := a.openJournal(cmd)
 				if jerr != nil {
 					return jerr
@@ -67,7 +79,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 				defer done()
 				cfg.Journal, cfg.ReadOnly = j, true
 			} else {
-				s, serr := a.openSession(cmd, sessionConfig{broker: bf, noDatabase: noDatabaseDashboard})
+				s, serr := a.openSession(cmd, sessionConfig{broker: bf, noDatabase: noDatabaseDashboard(a.name)})
 				if serr != nil {
 					return serr
 				}
@@ -85,7 +97,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 	bf.add(cmd)
 	addDashboardAddrFlag(cmd, &addr)
 	cmd.Flags().StringVar(&token, "token", "", "require this token on every page: typed into the login form, or sent as Authorization: Bearer <token> (default: none)")
-	cmd.Flags().Lookup("token").Annotations = map[string][]string{envAnnotation: {dashboardTokenEnv}}
+	setFlagEnv(cmd.Flags(), "token", dashboardTokenEnv)
 	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "without a token, the host names the dashboard answers to besides IP addresses and localhost (it refuses others, against DNS rebinding)")
 	cmd.Flags().BoolVar(&readOnly, "read-only", false, "hide and refuse replay and compensate")
 	return cmd

@@ -39,7 +39,7 @@ const (
 	noDatabaseReader = "no database (" + databaseFlag + "): runs are journaled only in the memory of the process that ran them, " +
 		"so this command sees none of them; set ACEMQ_DATABASE_URL to the workers' database"
 	noDatabaseWorker = "no database (" + databaseFlag + "): runs are journaled in this worker's memory only " +
-		"(acemq-flow runs cannot see them) and steps are de-duplicated per worker"
+		"(runs list cannot see them) and steps are de-duplicated per worker"
 	noDatabaseStart = "no database (" + databaseFlag + "): the start is not journaled where other processes can see it"
 	noDatabaseMover = "no database (" + databaseFlag + "): this process's journal knows no runs, so the run's message is " +
 		"looked for by x-acemq-run-id in every dead-letter queue of the flows"
@@ -51,6 +51,8 @@ const undefinedTable = "42P01"
 // database is the PostgreSQL database --database-url selects.
 type database struct {
 	pool *pgxpool.Pool
+	// program is the binary's name, for the command a hint suggests.
+	program string
 	// name is the database for messages: user, host, port and database,
 	// never the password.
 	name string
@@ -66,7 +68,7 @@ func (a *app) openDatabase(cmd *cobra.Command) (*database, error) {
 	if a.databaseURL == "" {
 		return nil, nil
 	}
-	d := &database{name: "the database", secrets: connSecrets(a.databaseURL)}
+	d := &database{name: "the database", program: a.name, secrets: connSecrets(a.databaseURL)}
 	cfg, err := pgxpool.ParseConfig(a.databaseURL)
 	if err != nil {
 		return nil, d.errorf("%w", err)
@@ -211,19 +213,32 @@ func (d *database) warnUnmigrated(ctx context.Context, log *slog.Logger) {
 		}
 	}
 	if len(missing) > 0 {
-		log.Warn("the database has not applied every migration: run `acemq-flow migrate` (unless another tool owns the schema)",
+		log.Warn("the database has not applied every migration: run `"+d.program+" migrate` (unless another tool owns the schema)",
 			slog.String("database", d.name), slog.Any("missing", missing))
 	}
 }
 
 // hintMigrate adds to a database error caused by a missing table what
-// to do about it.
-func hintMigrate(err error) error {
+// to do about it: run program's migrate.
+func hintMigrate(program string, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == undefinedTable {
-		return fmt.Errorf("%w (run `acemq-flow migrate` to create the tables)", err)
+		return fmt.Errorf("%w (run `%s migrate` to create the tables)", err, program)
 	}
 	return err
+}
+
+// openRunsJournal is the journal on the database, for a command whose
+// whole answer is runs other processes recorded (runs list, runs show).
+// Without a database it refuses, with ErrNoDatabase naming the command,
+// rather than answer "no runs" from a journal that can hold none. Call the
+// returned function when done.
+func (a *app) openRunsJournal(cmd *cobra.Command) (journal.Journal, func(), error) {
+	if a.databaseURL == "" {
+		return nil, nil, fmt.Errorf("%s: %w (without one, runs are journaled only in the memory of the process that ran them, "+
+			"where this command cannot see them; dev shows its own runs in its dashboard)", commandName(cmd), ErrNoDatabase)
+	}
+	return a.openJournal(cmd)
 }
 
 // openJournal is the journal a command reads runs from: on the database,

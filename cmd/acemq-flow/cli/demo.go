@@ -17,7 +17,7 @@ func (a *app) demoCommand() *cobra.Command {
 			"this process, and print each run's timeline as the run journal recorded it: one\n" +
 			"completes; one is retried through the scheduler ladder and completes; one is given up\n" +
 			"after its card was charged and, instead of waiting ten minutes held for a replay, is\n" +
-			"compensated at once, as `acemq-flow compensate <run-id>` would do (the refund shows in\n" +
+			"compensated at once, as `" + a.name + " compensate <run-id>` would do (the refund shows in\n" +
 			"its timeline); one waits on the ladder until its ship_at, then completes. It takes a few\n" +
 			"seconds.\n\n" +
 			"The flow runs as " + workflows.DefaultDemoFlow + ", so that the demo never touches the queues of a\n" +
@@ -33,9 +33,11 @@ func (a *app) demoCommand() *cobra.Command {
 			return cfg.Run(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
-	addURLFlag(cmd, &cfg.URL)
+	cmd.Flags().StringVar(&cfg.URL, "url", "", urlUsage+" (default: "+EmbeddedURL+")")
 	cmd.Flags().StringVar(&cfg.Ladder, "ladder", workflows.DefaultDemoLadder,
 		"the demo's own scheduler ladder, which it deletes when it ends: never one that workers use (it refuses acemq.schedule, and any other ladder that exists already but its default)")
+	// Its own, so not ACEMQ_LADDER: the workers' ladder is what that names.
+	setFlagEnv(cmd.Flags(), "ladder", "")
 	cmd.Flags().DurationVar(&cfg.Timeout, "timeout", workflows.DefaultDemoTimeout, "how long the demo may take")
 	return cmd
 }

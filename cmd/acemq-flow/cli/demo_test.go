@@ -27,11 +27,16 @@ func TestDemoCommand(t *testing.T) {
 }
 
 // TestDemoRefusesTheWorkersLadder: the demo deletes its ladder, so it will
-// not run on the one every worker shares.
+// not run on the one every worker shares; and ACEMQ_LADDER, which names
+// the workers' ladder, is not the demo's.
 func TestDemoRefusesTheWorkersLadder(t *testing.T) {
 	t.Parallel()
-	r := execute(t, map[string]string{"ACEMQ_LADDER": "acemq.schedule"}, "demo")
+	r := execute(t, nil, "demo", "--ladder", "acemq.schedule")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, `ladder "acemq.schedule" is every worker's`)
 	require.Empty(t, r.stdout)
+
+	r = execute(t, nil, "demo", "--help")
+	require.Zero(t, r.code, r.stderr)
+	require.NotContains(t, r.stdout, "$ACEMQ_LADDER")
 }

@@ -39,7 +39,7 @@ func (a *app) devCommand() *cobra.Command {
 			"start a few example runs of each flow, so that the dashboard has something to show: for\n" +
 			"place-order, orders that complete, are retried, wait, and fail. The dashboard replays and\n" +
 			"compensates failed runs but does not start runs. The broker and the journal live in this\n" +
-			"process: other acemq-flow processes (start, runs, worker) cannot reach them, and they are\n" +
+			"process: other processes (start, runs, worker) cannot reach them, and they are\n" +
 			"forgotten when it stops (SIGINT or SIGTERM). --database-url is not used.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
@@ -78,7 +78,7 @@ func (a *app) devCommand() *cobra.Command {
 						started(w)
 					}
 					runs := startExamples(ctx, s.eng, devExamples(a.flows), s.conn.Logger())
-					devIntro{dashboard: ln.Addr(), obs: obs, flows: a.flows, runs: runs}.write(cmd.ErrOrStderr())
+					devIntro{program: a.name, dashboard: ln.Addr(), obs: obs, flows: a.flows, runs: runs}.write(cmd.ErrOrStderr())
 				})
 				stop()
 				return errors.Join(err, <-served)
@@ -87,7 +87,7 @@ func (a *app) devCommand() *cobra.Command {
 	}
 	addDashboardAddrFlag(cmd, &addr)
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "",
-		"also serve the worker's /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464, for `acemq-flow top` (default: not served)")
+		"also serve the worker's /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464, for "+a.name+" top (default: not served)")
 	return cmd
 }
 
@@ -191,6 +191,8 @@ func startExamples(ctx context.Context, eng *engine.Engine, examples []example, 
 // devIntro is what dev says on stderr once it runs: where to look, what
 // it started, and what it cannot do.
 type devIntro struct {
+	// program is the binary's name, for the commands it suggests.
+	program string
 	// dashboard is where the dashboard listens.
 	dashboard net.Addr
 	obs       *observer
@@ -204,15 +206,15 @@ func (d devIntro) write(w io.Writer) {
 		names[i] = f.Name()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "acemq-flow dev: the embedded broker, a run journal in memory, a worker for %s\nand the dashboard, all in this process\n\n",
-		strings.Join(names, ", "))
+	fmt.Fprintf(&b, "%s dev: the embedded broker, a run journal in memory, a worker for %s\nand the dashboard, all in this process\n\n",
+		d.program, strings.Join(names, ", "))
 	fmt.Fprintf(&b, "  dashboard  %s\n", browseURL(d.dashboard))
 	if w := exposedWarning(d.dashboard); w != "" {
 		fmt.Fprintf(&b, "  %s (dev has no token: keep it on 127.0.0.1)\n", w)
 	}
 	if d.obs != nil {
 		u := browseURL(d.obs.ln.Addr())
-		fmt.Fprintf(&b, "  metrics    %smetrics   (watch it live: acemq-flow top --from %s)\n", u, strings.TrimSuffix(u, "/"))
+		fmt.Fprintf(&b, "  metrics    %smetrics   (watch it live: %s top --from %s)\n", u, d.program, strings.TrimSuffix(u, "/"))
 	}
 	started := 0
 	for _, r := range d.runs {
@@ -228,10 +230,10 @@ func (d devIntro) write(w io.Writer) {
 		}
 	}
 	t.flush()
-	fmt.Fprint(&b, "\nThe dashboard replays and compensates failed runs; it does not start runs. The broker and the journal\n"+
-		"live in this process: other acemq-flow commands (start, runs, replay) cannot reach them. To run flows\n"+
-		"for real, give `acemq-flow worker`, `start` and `dashboard` a RabbitMQ (ACEMQ_URL) and a PostgreSQL\n"+
-		"(ACEMQ_DATABASE_URL). "+workflows.OutageEnv+"=ship before `acemq-flow dev` takes the courier down.\n"+
-		"Ctrl-C stops it; everything is forgotten.\n")
+	fmt.Fprintf(&b, "\nThe dashboard replays and compensates failed runs; it does not start runs. The broker and the journal\n"+
+		"live in this process: other %[1]s commands (start, runs, replay) cannot reach them. To run flows\n"+
+		"for real, give `%[1]s worker`, `start` and `dashboard` a RabbitMQ (ACEMQ_URL) and a PostgreSQL\n"+
+		"(ACEMQ_DATABASE_URL). %[2]s=ship before `%[1]s dev` takes the courier down.\n"+
+		"Ctrl-C stops it; everything is forgotten.\n", d.program, workflows.OutageEnv)
 	io.WriteString(w, b.String())
 }

@@ -72,7 +72,7 @@ func (a *app) flowsShowCommand() *cobra.Command {
 			if output == outputJSON {
 				return writeJSON(cmd.OutOrStdout(), infos[0])
 			}
-			return writeFlow(cmd, infos[0])
+			return writeFlow(cmd, a.name, infos[0])
 		},
 	}
 	addOutputFlag(cmd, &output)
@@ -111,8 +111,9 @@ func (a *app) describeFlows(ctx context.Context, ask func(*engine.Engine) ([]eng
 }
 
 // writeFlow shows one flow for a person: the flow, then each step with the
-// settings it has, then the example payload.
-func writeFlow(cmd *cobra.Command, fi engine.FlowInfo) error {
+// settings it has, then the example payload and the command of the binary
+// program that starts a run with it.
+func writeFlow(cmd *cobra.Command, program string, fi engine.FlowInfo) error {
 	t := newTable(cmd.OutOrStdout())
 	t.row("flow", fi.Name)
 	t.row("form", fi.Form)
@@ -160,7 +161,7 @@ func writeFlow(cmd *cobra.Command, fi engine.FlowInfo) error {
 	if len(fi.ExamplePayload) == 0 {
 		return nil
 	}
-	_, err := fmt.Fprintf(cmd.OutOrStdout(), "\nexample payload:\n  %s\nstart a run with it:\n  acemq-flow start %s --payload %s\n",
-		fi.ExamplePayload, fi.Name, shellQuote(string(fi.ExamplePayload)))
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "\nexample payload:\n  %s\nstart a run with it:\n  %s start %s --payload %s\n",
+		fi.ExamplePayload, program, fi.Name, shellQuote(string(fi.ExamplePayload)))
 	return err
 }

@@ -464,8 +464,8 @@ func TestOperatorCommandsOnRabbitMQAndPostgreSQL(t *testing.T) {
 }
 
 // TestOperatorCommandsWithoutADatabase: with RabbitMQ and no database the
-// worker says its journal is its own, runs list says why it sees nothing,
-// and replay finds a failed run's message by its run id in the flows'
+// worker says its journal is its own, runs list refuses, saying why it
+// could see nothing, and replay finds a failed run's message by its run id in the flows'
 // dead-letter queues; a database that does not answer is an error naming
 // the variable.
 func TestOperatorCommandsWithoutADatabase(t *testing.T) {
@@ -481,9 +481,9 @@ func TestOperatorCommandsWithoutADatabase(t *testing.T) {
 	fx.h.WaitDepth(dlq, 1, 15*time.Second)
 
 	r := fx.run("runs", "list")
-	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, 1, r.code, r.stderr)
 	require.Empty(t, r.stdout)
-	require.Contains(t, r.stderr, "ACEMQ_DATABASE_URL")
+	require.Contains(t, r.stderr, "runs list: no database: set --database-url / ACEMQ_DATABASE_URL")
 
 	require.NoError(t, os.Remove(down))
 	var moved engine.Moved

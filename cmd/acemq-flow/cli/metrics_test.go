@@ -41,7 +41,7 @@ func background(t *testing.T, inv invocation, args ...string) *running {
 	r := &running{t: t, stderr: &syncBuffer{}, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		r.code = run(ctx, inv.lookup, inv.flows, args, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: r.stderr})
+		r.code = run(ctx, testName, inv.lookup, inv.flows, args, streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: r.stderr})
 	}()
 	t.Cleanup(func() { r.stop() })
 	return r
@@ -133,8 +133,8 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	name := testenv.Name(t, "broker")
 	flows := unitFlows(testenv.Name(t, "flow"))
 	ok, doomed := flows[0].Name(), flows[1].Name()
-	inv := invocation{flows: flows, env: map[string]string{"ACEMQ_URL": "memory://" + name, "ACEMQ_METRICS_ADDR": "127.0.0.1:0"}}
-	w := background(t, inv, "worker")
+	inv := invocation{flows: flows, env: map[string]string{"ACEMQ_URL": "memory://" + name}}
+	w := background(t, inv, "worker", "--metrics-addr", "127.0.0.1:0")
 	base := w.waitFor(`msg="serving metrics" .*metrics=(http://\S+)/metrics healthz=\S+/healthz readyz=\S+/readyz`)[1]
 	w.waitFor(`msg="worker started"`)
 	require.NotContains(t, w.stderr.String(), "other machines", "127.0.0.1 is this machine only")
@@ -202,8 +202,8 @@ func TestWorkerReadinessOnRabbitMQ(t *testing.T) {
 	t.Parallel()
 	url := testenv.VHost(t)
 	vhost := url[strings.LastIndex(url, "/")+1:]
-	inv := invocation{flows: unitFlows(testenv.Name(t, "flow")), env: map[string]string{"ACEMQ_URL": url, "ACEMQ_METRICS_ADDR": "127.0.0.1:0"}}
-	w := background(t, inv, "worker")
+	inv := invocation{flows: unitFlows(testenv.Name(t, "flow")), env: map[string]string{"ACEMQ_URL": url}}
+	w := background(t, inv, "worker", "--metrics-addr", "127.0.0.1:0")
 	base := w.waitFor(`msg="serving metrics" .*metrics=(http://\S+)/metrics`)[1]
 	w.waitFor(`msg="worker started"`)
 	status, body := httpGet(t, base+"/readyz")
@@ -234,7 +234,7 @@ func TestWorkerRefusesABadMetricsAddress(t *testing.T) {
 	r := executeWith(t, invocation{flows: unitFlows("unit")}, "worker", "--metrics-addr", "256.0.0.1:1")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "acemq-flow: --metrics-addr 256.0.0.1:1: listen tcp")
-	require.NotContains(t, r.stderr, "embedded", "refused before connecting to anything")
+	require.NotContains(t, r.stderr, "no broker", "refused before connecting to anything")
 }
 
 func TestListenerAddresses(t *testing.T) {

@@ -22,7 +22,7 @@ func (a *app) replayCommand() *cobra.Command {
 			"  --flow F --status failed [--since 24h] [--where EXPR] [--limit N] [--rate 100/s] [--dry-run]\n" +
 			"EXPR is an expr-lang condition on run (run_id, flow, step, error, attempt, started_at) and\n" +
 			"payload (the run's input): 'run.step == \"ship\" && payload.amount_cents > 1000'. A terminal\n" +
-			"shows a progress bar; Ctrl-C stops between messages and reports what was done.",
+			"shows a progress bar; Ctrl-C stops between messages and reports what was done.\n\n" + runIDHelp,
 		verb: "replayed",
 		move: (*engine.Engine).Replay,
 		bulk: a.bulkReplay,
@@ -37,7 +37,7 @@ func (a *app) compensateCommand() *cobra.Command {
 		long: "Take a failed run's given-up message from its step's dead-letter queue to the flow's\n" +
 			"compensate queue, where a worker undoes the steps the run completed, newest first. A run\n" +
 			"held for replay is compensated now rather than when its hold ends. A run that is not\n" +
-			"failed is refused.",
+			"failed is refused.\n\n" + runIDHelp,
 		verb: "sent to be compensated",
 		move: (*engine.Engine).Compensate,
 	})
@@ -89,12 +89,15 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 			if many.given(cmd) {
 				return fmt.Errorf("%s: give a run id or the flags choosing many runs, not both", name)
 			}
-			id := args[0]
 			s, err := a.openSession(cmd, sessionConfig{broker: bf, noDatabase: noDatabaseMover})
 			if err != nil {
 				return err
 			}
 			defer s.close(cmd.Context(), &err)
+			id, err := a.resolveRunID(cmd.Context(), s.eng.Journal(), args[0])
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
 			moved, err := spec.move(s.eng, cmd.Context(), id)
 			if len(moved.Searched) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "run %s is not in the run journal: looked for it by x-acemq-run-id in %s\n",

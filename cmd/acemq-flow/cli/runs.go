@@ -25,7 +25,7 @@ func (a *app) runsCommand() *cobra.Command {
 		Short: "List runs from the run journal, or show one run's timeline",
 		Long: "Read the run journal. The journal is shared through the database (--database-url):\n" +
 			"without one, runs are kept only in the memory of the worker that ran them, and these\n" +
-			"commands see none.",
+			"commands refuse, since they could see none.",
 	}
 	cmd.AddCommand(a.runsListCommand(), a.runsShowCommand())
 	return cmd
@@ -49,14 +49,14 @@ func (a *app) runsListCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("runs list: %w", err)
 			}
-			j, done, err := a.openJournal(cmd)
+			j, done, err := a.openRunsJournal(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
 			runs, err := j.Runs(cmd.Context(), q)
 			if err != nil {
-				return fmt.Errorf("runs list: %w", hintMigrate(err))
+				return fmt.Errorf("runs list: %w", hintMigrate(a.name, err))
 			}
 			if runs == nil {
 				runs = []journal.Run{}
@@ -138,21 +138,21 @@ func (a *app) runsShowCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show <run-id>",
 		Short: "Show a run and its timeline: every step attempt, skip, delay, compensation and replay",
+		Long:  "Show a run and its timeline: every step attempt, skip, delay, compensation and replay.\n\n" + runIDHelp,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id := args[0]
-			j, done, err := a.openJournal(cmd)
+			j, done, err := a.openRunsJournal(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			run, err := j.Run(cmd.Context(), id)
+			run, err := journal.Resolve(cmd.Context(), j, args[0])
 			if err != nil {
-				return fmt.Errorf("runs show: %w", hintMigrate(err))
+				return fmt.Errorf("runs show: %w", hintMigrate(a.name, err))
 			}
-			events, err := j.Timeline(cmd.Context(), id)
+			events, err := j.Timeline(cmd.Context(), run.ID)
 			if err != nil {
-				return fmt.Errorf("runs show: timeline: %w", hintMigrate(err))
+				return fmt.Errorf("runs show: timeline: %w", hintMigrate(a.name, err))
 			}
 			if events == nil {
 				events = []journal.Event{}

@@ -108,7 +108,7 @@ func (a *app) scheduleListCommand() *cobra.Command {
 	bf.add(cmd)
 	addOutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&flow, "flow", "", "only this flow")
-	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many waits")
+	cmd.Flags().IntVar(&limit, "limit", 100, "list this many waits, those due soonest")
 	return cmd
 }
 
@@ -166,7 +166,7 @@ func (a *app) scheduleCancelCommand() *cobra.Command {
 		Long: "Cancel what a run waits for on the ladder: when its message comes due, the worker drops it\n" +
 			"(acknowledged, recorded in the run's timeline) instead of running the step; the hold of a\n" +
 			"failed run ends without compensating it. The run's status becomes cancelled. A run that\n" +
-			"waits for nothing (already delivered) is refused. Needs the workers' database.",
+			"waits for nothing (already delivered) is refused. Needs the workers' database.\n\n" + runIDHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			if len(a.flows) == 0 {
@@ -180,7 +180,11 @@ func (a *app) scheduleCancelCommand() *cobra.Command {
 			if !s.shared {
 				return fmt.Errorf("schedule cancel: %w", errScheduleNeedsDatabase)
 			}
-			c, err := s.eng.Cancel(cmd.Context(), args[0])
+			id, err := a.resolveRunID(cmd.Context(), s.eng.Journal(), args[0])
+			if err != nil {
+				return fmt.Errorf("schedule cancel: %w", err)
+			}
+			c, err := s.eng.Cancel(cmd.Context(), id)
 			if err != nil {
 				return fmt.Errorf("schedule cancel: %w", err)
 			}

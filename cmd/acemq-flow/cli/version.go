@@ -19,7 +19,7 @@ func (a *app) versionCommand() *cobra.Command {
 	var output outputFormat
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the acemq-flow version and the Go version it was built with",
+		Short: "Print this binary's version (Version) and the Go version it was built with",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			info := versionInfo{Version: Version, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
@@ -27,7 +27,7 @@ func (a *app) versionCommand() *cobra.Command {
 			if output == outputJSON {
 				return writeJSON(out, info)
 			}
-			_, err := fmt.Fprintf(out, "acemq-flow %s (%s, %s/%s)\n", info.Version, info.Go, info.OS, info.Arch)
+			_, err := fmt.Fprintf(out, "%s %s (%s, %s/%s)\n", a.name, info.Version, info.Go, info.OS, info.Arch)
 			return err
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -68,7 +69,7 @@ func (a *app) workerCommand() *cobra.Command {
 			}
 			defer s.close(cmd.Context(), &err)
 			return obs.run(cmd.Context(), s, func(started func(*engine.Worker)) error {
-				return work(cmd.Context(), s, flows, started)
+				return a.transactionsNeedADatabase(work(cmd.Context(), s, flows, started), s, flows)
 			})
 		},
 	}
@@ -84,6 +85,30 @@ func (a *app) workerCommand() *cobra.Command {
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "",
 		"serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: not served)")
 	return cmd
+}
+
+// transactionsNeedADatabase says what a worker without a database refused
+// by engine.ErrNoTransactions lacks: a Transactional step commits in one
+// PostgreSQL transaction with its record, and --database-url is what
+// gives it one (the engine's own message tells a library user which store
+// to give it). worked are the flows asked for (none: every flow). Any
+// other error is returned as it is.
+func (a *app) transactionsNeedADatabase(err error, s *session, worked []string) error {
+	if s.db != nil || !errors.Is(err, engine.ErrNoTransactions) {
+		return err
+	}
+	for _, f := range a.flows {
+		if len(worked) > 0 && !slices.Contains(worked, f.Name()) {
+			continue
+		}
+		for _, st := range f.Steps() {
+			if st.Transactional {
+				return fmt.Errorf("worker: flow %q step %q is Transactional: its effects commit in one PostgreSQL transaction "+
+					"with the record that it ran, and without a database there is none: set %s (%w)", f.Name(), st.Name, databaseFlag, engine.ErrNoTransactions)
+			}
+		}
+	}
+	return err
 }
 
 // work runs a worker for flows until ctx ends, then drains it. It is

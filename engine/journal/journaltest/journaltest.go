@@ -40,6 +40,9 @@ func Run(t *testing.T, open Open) {
 		"invalid events refused":         invalidEventsRefused,
 		"run data":                       runData,
 		"input of a run started again":   inputOfRunStartedAgain,
+		"soonest due first":              soonestDueFirst,
+		"runs by id prefix":              runsByIDPrefix,
+		"resolving a shortened id":       resolvingShortenedID,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -463,4 +466,128 @@ func inputOfRunStartedAgain(t *testing.T, j journal.Journal) {
 	tl, err := j.Timeline(ctx, "a1")
 	require.NoError(t, err)
 	require.Len(t, tl, 3, "the timeline keeps both starts")
+}
+
+// wait is an event holding the run on the ladder until due.
+func wait(run, flow string, s, due int) journal.Event {
+	d := at(due)
+	return journal.Event{RunID: run, Flow: flow, Key: "delay/ship", Seq: journal.Seq(0, 3, 0, 0), Kind: journal.KindDelay,
+		Step: "ship", Outcome: "waiting", StartedAt: at(s), EndedAt: at(s), DueAt: &d, Status: journal.Waiting, RunStep: "ship"}
+}
+
+func soonestDueFirst(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	// Started in one order, due in another: the runs started last are not
+	// the ones due first.
+	record(t, j, start("d-a", "orders", 0, `{}`), wait("d-a", "orders", 1, 500))
+	record(t, j, start("d-b", "orders", 10, `{}`), wait("d-b", "orders", 11, 100))
+	held := step("d-c", "orders", "ship", 2, 1, 21, "failed", journal.Failed, "ship")
+	held.Error, held.DeadLetter = "no courier", "orders.ship.dlq"
+	hold := at(300)
+	held.DueAt = &hold
+	record(t, j, start("d-c", "orders", 20, `{}`), held)
+	record(t, j, start("d-d", "orders", 30, `{}`), step("d-d", "orders", "ship", 2, 1, 31, "completed", journal.Completed, "ship"))
+	record(t, j, start("d-e", "orders", 40, `{}`), wait("d-e", "orders", 41, 100))
+	record(t, j, start("d-f", "refunds", 50, `{}`), wait("d-f", "refunds", 51, 50))
+	waitingOrHeld := []journal.Status{journal.Waiting, journal.Failed}
+	for _, c := range []struct {
+		name string
+		q    journal.Query
+		want []string
+	}{
+		{"every run with a due time; a tie by id", journal.Query{Order: journal.SoonestDue}, []string{"d-f", "d-b", "d-e", "d-c", "d-a"}},
+		{"the limit keeps the soonest", journal.Query{Order: journal.SoonestDue, Statuses: waitingOrHeld, Limit: 3}, []string{"d-f", "d-b", "d-e"}},
+		{"of a flow", journal.Query{Order: journal.SoonestDue, Flow: "orders", Statuses: waitingOrHeld, Limit: 2}, []string{"d-b", "d-e"}},
+		{"held only", journal.Query{Order: journal.SoonestDue, Statuses: []journal.Status{journal.Failed}}, []string{"d-c"}},
+		{"with an error", journal.Query{Order: journal.SoonestDue, ErrorContains: "COURIER"}, []string{"d-c"}},
+		{"started since", journal.Query{Order: journal.SoonestDue, Since: at(15)}, []string{"d-f", "d-e", "d-c"}},
+		{"started before", journal.Query{Order: journal.SoonestDue, Flow: "orders", Before: at(15)}, []string{"d-b", "d-a"}},
+		{"newest first is still the default", journal.Query{Statuses: waitingOrHeld, Limit: 2}, []string{"d-f", "d-e"}},
+	} {
+		got, err := j.Runs(ctx, c.q)
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.want, runIDs(got), c.name)
+		if c.q.Order == journal.SoonestDue {
+			for _, r := range got {
+				require.NotNil(t, r.DueAt, "%s: %s", c.name, r.ID)
+			}
+		}
+	}
+}
+
+// runIDs are the ids of runs, in order.
+func runIDs(runs []journal.Run) []string {
+	out := make([]string, len(runs))
+	for i, r := range runs {
+		out[i] = r.ID
+	}
+	return out
+}
+
+// prefixRuns are the ids runsByIDPrefix and resolvingShortenedID record:
+// prefixes of each other, and runes whose successor is a boundary case of
+// byte order (the last two-byte rune, the rune before the surrogates, the
+// last rune).
+var prefixRuns = []string{"ab", "abc", "abd", "b", "a\u00ff", "a\u0100", "é1", "é2", "ê", "\ud7ffx", "\ue000", "z\U0010ffff1", "{"}
+
+func recordPrefixRuns(t *testing.T, j journal.Journal) {
+	for i, id := range prefixRuns {
+		record(t, j, start(id, "orders", i, `{}`))
+	}
+}
+
+func runsByIDPrefix(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	recordPrefixRuns(t, j)
+	for _, c := range []struct {
+		prefix string
+		limit  int
+		want   []string
+	}{
+		{"ab", 0, []string{"ab", "abc", "abd"}},
+		{"ab", 2, []string{"ab", "abc"}},
+		{"abc", 0, []string{"abc"}},
+		{"a", 0, []string{"ab", "abc", "abd", "a\u00ff", "a\u0100"}},
+		{"a\u00ff", 0, []string{"a\u00ff"}},
+		{"é", 0, []string{"é1", "é2"}},
+		{"\ud7ff", 0, []string{"\ud7ffx"}},
+		{"z\U0010ffff", 0, []string{"z\U0010ffff1"}},
+		{"x", 0, []string{}},
+		{"", 3, []string{"ab", "abc", "abd"}},
+	} {
+		got, err := j.RunsByIDPrefix(ctx, c.prefix, c.limit)
+		require.NoError(t, err, "%q", c.prefix)
+		require.NotNil(t, got, "%q: no runs is an empty list, not nil", c.prefix)
+		require.Equal(t, c.want, runIDs(got), "prefix %q limit %d", c.prefix, c.limit)
+	}
+	got, err := j.RunsByIDPrefix(ctx, "abc", 0)
+	require.NoError(t, err)
+	require.Equal(t, "orders", got[0].Flow, "the whole run")
+	require.Equal(t, journal.Running, got[0].Status)
+}
+
+func resolvingShortenedID(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	recordPrefixRuns(t, j)
+	for id, want := range map[string]string{
+		"abc": "abc", "ab": "ab", "abd": "abd", "b": "b", "é1": "é1", "\ud7ff": "\ud7ffx", "z": "z\U0010ffff1",
+	} {
+		r, err := journal.Resolve(ctx, j, id)
+		require.NoError(t, err, "%q", id)
+		require.Equal(t, want, r.ID, "%q: a full id is that run even when it begins others; a prefix of one run is that run", id)
+		require.Equal(t, "orders", r.Flow)
+	}
+	for _, id := range []string{"nope", "", "abcd"} {
+		_, err := journal.Resolve(ctx, j, id)
+		require.ErrorIs(t, err, journal.ErrRunNotFound, "%q", id)
+	}
+	_, err := journal.Resolve(ctx, j, "é")
+	require.ErrorIs(t, err, journal.ErrAmbiguousID)
+	require.ErrorContains(t, err, `"é" begins the ids of 2 runs: é1, é2 (give more of the id)`)
+	_, err = journal.Resolve(ctx, j, "a")
+	require.ErrorIs(t, err, journal.ErrAmbiguousID)
+	require.ErrorContains(t, err, `"a" begins the ids of 5 runs: ab, abc, abd, aÿ, aĀ (give more of the id)`)
+	record(t, j, start("a9", "orders", 99, `{}`))
+	_, err = journal.Resolve(ctx, j, "a")
+	require.ErrorContains(t, err, `"a" begins the ids of more than 5 runs, among them a9, ab, abc, abd, aÿ (give more of the id)`)
 }

@@ -81,7 +81,7 @@ func run(ctx context.Context, env lookupEnv, flows []*dsl.FlowDef, args []string
 	root.SetErr(s.err)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(s.err, "acemq-flow: %v\n", err)
-		return 1
+		return exitStatus(err)
 	}
 	return 0
 }

@@ -98,7 +98,7 @@ type tmuxScreen struct {
 
 // runInTmux runs the command line in a new tmux server of the test's own
 // on an 80x24 terminal; its exit status is written to a file when it
-// exits. The server is killed when the test ends.
+// exits, also when Ctrl-C stopped it. The server is killed when the test ends.
 func runInTmux(t *testing.T, args ...string) *tmuxScreen {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
@@ -112,8 +112,12 @@ func runInTmux(t *testing.T, args ...string) *tmuxScreen {
 	for i, a := range args {
 		quoted[i] = shellQuote(a)
 	}
-	script := strings.Join(quoted, " ") + "; echo $? > " + shellQuote(s.status)
-	s.tmux("new-session", "-d", "-x", "80", "-y", "24", "-s", "top", "sh", "-c", script)
+	// The shell outlives a Ctrl-C sent to the program (its trap is not
+	// inherited), to write the program's status.
+	script := "trap : INT; " + strings.Join(quoted, " ") + "; echo $? > " + shellQuote(s.status)
+	// The pane stays once the program exited, for its last screen to be
+	// read.
+	s.tmux("new-session", "-d", "-x", "80", "-y", "24", "-s", "top", "sh", "-c", script, ";", "set-option", "-t", "top", "remain-on-exit", "on")
 	t.Cleanup(func() {
 		// The server exits with its last session; kill it if the
 		// program is still running.

@@ -49,6 +49,14 @@
 // and replay is recorded in the run journal (package journal), off the hot
 // path in batches and never dropped.
 //
+// # Metrics
+//
+// Given a MeterProvider (Config.MeterProvider), the engine records the
+// seeds' acemq.pipeline.run.total and acemq.pipeline.run.duration, and
+// acemq.flow.step.duration, acemq.flow.steps.active,
+// acemq.flow.compensation.total and acemq.flow.runs.started. Its duration
+// histograms use DurationBuckets (from 100 µs: a step takes microseconds).
+//
 // Long-lived settings are a Config struct (zero value = defaults);
 // per-call knobs are functional options (StartOption).
 package engine

@@ -20,6 +20,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/broker/loopback"
+	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
@@ -165,7 +166,7 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	for _, b := range step.GetHistogram().GetBucket() {
 		bounds = append(bounds, b.GetUpperBound())
 	}
-	require.Equal(t, broker.DurationBuckets(), bounds[:len(bounds)-1])
+	require.Equal(t, engine.DurationBuckets(), bounds[:len(bounds)-1], "from 100 µs")
 	require.Equal(t, 0.0, sampleOf(t, fams, metricStepsActive, map[string]string{"flow": ok, "step": "ship"}).GetGauge().GetValue())
 	require.Equal(t, "dead_letter", labels(sampleOf(t, fams, metricQueueDepth, map[string]string{"queue": doomed + ".charge.dlq"}))["role"])
 	// The connection's instruments: the same MeterProvider.

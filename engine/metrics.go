@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/internal/attrcache"
 )
 
@@ -77,7 +78,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Step functions running now in this process, by flow and step."))
 	add(err)
 	out.runsStarted, err = m.Int64Counter("acemq.flow.runs.started",
-		metric.WithDescription("Runs started from this process, by flow."))
+		metric.WithDescription("Runs whose first step a worker of this process took up (once per run across the workers, but for a worker that died in that step), by flow."))
 	add(err)
 	out.compensation, err = m.Int64Counter("acemq.flow.compensation.total",
 		metric.WithDescription("Compensations settled, by flow, step and outcome (compensated, retried, unresolved)."))
@@ -101,7 +102,25 @@ func (m *metrics) active(ctx context.Context, flow, step string, n int64) {
 	m.stepsActive.Add(ctx, n, m.byFlowStep.Option(flow, step))
 }
 
-func (m *metrics) started(ctx context.Context, flow string) {
+// reached counts run msg on acemq.flow.runs.started if msg is the run's
+// first message and this worker has just claimed its step (so no other
+// delivery of it is running it or ran it): counted where the run is
+// worked, whichever process started it (engine.Start, acemq-flow start,
+// another service). The first message is the one at route position 0, or
+// at a later one when the steps before were skipped as the run started
+// (a hop always names the message it came from, a run's first message
+// never), on attempt 1 (a retry is a later attempt), not a replay (a
+// replay carries acemq-replay-count, and so do the hops after it).
+//
+// Approximate: a worker that dies in the first step, or loses its claim,
+// leaves the redelivery to be claimed again and counted again; without a
+// shared idempotency store (no database) each worker claims for itself,
+// so a redelivery to another worker counts again; and a run whose every
+// step was skipped at its start reaches no step and is not counted.
+func (m *metrics) reached(ctx context.Context, flow string, msg *broker.Message, pos, replays int) {
+	if msg.Attempt > 1 || replays > 0 || pos > 0 && msg.CausationID != "" {
+		return
+	}
 	m.runsStarted.Add(ctx, 1, m.byFlow.Option(flow))
 }
 

@@ -95,7 +95,6 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 			Seq: journal.Seq(0, 0, 1, 1), Key: "start-failed"})
 		return p.res, fmt.Errorf("start %q: %w", flowName, err)
 	}
-	e.metrics.started(ctx, flowName)
 	return p.res, nil
 }
 
@@ -189,7 +188,6 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 		// Every step skipped: the run is done as it starts.
 		start.Status, start.RunStep = journal.Completed, route[len(route)-1]
 		e.record(ctx, append([]journal.Event{start}, f.startSkips(p.res.RunID, route, h, now)...)...)
-		e.metrics.started(ctx, f.name)
 		p.done = true
 		return p, nil
 	}

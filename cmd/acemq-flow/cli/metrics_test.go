@@ -167,6 +167,11 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 		bounds = append(bounds, b.GetUpperBound())
 	}
 	require.Equal(t, engine.DurationBuckets(), bounds[:len(bounds)-1], "from 100 µs")
+	// Runs started by another process (`acemq-flow start`) are counted by
+	// the worker that took them up.
+	for _, flow := range []string{ok, doomed} {
+		require.Equal(t, 1.0, sampleOf(t, fams, "acemq_flow_runs_started_total", map[string]string{"flow": flow}).GetCounter().GetValue(), flow)
+	}
 	require.Equal(t, 0.0, sampleOf(t, fams, metricStepsActive, map[string]string{"flow": ok, "step": "ship"}).GetGauge().GetValue())
 	require.Equal(t, "dead_letter", labels(sampleOf(t, fams, metricQueueDepth, map[string]string{"queue": doomed + ".charge.dlq"}))["role"])
 	// The connection's instruments: the same MeterProvider.

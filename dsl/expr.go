@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 	"sync"
@@ -37,30 +38,47 @@ const (
 	exprString
 )
 
-// compileExpr compiles src against payloads of type t.
-func compileExpr(src string, t reflect.Type, kind exprKind) (*Expr, error) {
+// compileExpr compiles src against payloads of type t (nil: there is no
+// payload) and the names of vars beside it, each typed as its value.
+func compileExpr(src string, t reflect.Type, kind exprKind, vars ...map[string]any) (*Expr, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, errors.New("empty expression")
 	}
-	view := jsonView(t)
-	opts := []expr.Option{expr.Env(map[string]any{"payload": reflect.Zero(view).Interface()})}
-	if kind == exprBool {
-		opts = append(opts, expr.AsBool())
+	env := map[string]any{}
+	for _, v := range vars {
+		maps.Copy(env, v)
 	}
-	p, err := expr.Compile(src, opts...)
+	var view reflect.Type
+	if t != nil {
+		view = jsonView(t)
+		env["payload"] = reflect.Zero(view).Interface()
+	}
+	p, err := expr.Compile(src, expr.Env(env))
 	if err != nil {
 		return nil, exprError(src, t, view, err)
 	}
-	if kind != exprBool {
-		if out := p.Node().Type(); out != nil && !exprResultFits(out, kind) {
-			want := "a time (time.Time or an RFC 3339 string)"
-			if kind == exprString {
-				want = "a string or a number"
-			}
-			return nil, fmt.Errorf("%q gives %s, want %s", src, out, want)
+	// Checked here rather than by expr.AsBool, whose error has no column.
+	if out := p.Node().Type(); out != nil && !exprResultFits(out, kind) {
+		want := "a time (time.Time or an RFC 3339 string)"
+		switch kind {
+		case exprBool:
+			want = "a bool"
+		case exprString:
+			want = "a string or a number"
 		}
+		return nil, fmt.Errorf("%q gives %s, want %s (column %d)", src, out, want, p.Node().Location().From+1)
 	}
 	return &Expr{src: src, program: p, view: view}, nil
+}
+
+// Condition compiles src as a condition outside a flow, as When is
+// compiled within one: over a payload of type payload read by its JSON
+// names (nil: no payload), and over vars, each name typed as the value it
+// maps to (a struct's fields are read by their expr tags). A name or a
+// field that is not there, or a result that is not a bool, is an error
+// giving its column.
+func Condition(src string, payload reflect.Type, vars map[string]any) (*Expr, error) {
+	return compileExpr(src, payload, exprBool, vars)
 }
 
 // exprResultFits says whether a result of static type out can be read as
@@ -70,6 +88,8 @@ func exprResultFits(out reflect.Type, kind exprKind) bool {
 		return true
 	}
 	switch kind {
+	case exprBool:
+		return out.Kind() == reflect.Bool
 	case exprTime:
 		return out == reflect.TypeOf(time.Time{}) || out.Kind() == reflect.String
 	case exprString:
@@ -98,23 +118,30 @@ func exprError(src string, t, view reflect.Type, err error) error {
 }
 
 // eval runs the expression on a payload: a Go value, read through its
-// JSON form, or a json.RawMessage already in that form.
-func (e *Expr) eval(payload any) (any, error) {
-	raw, ok := payload.(json.RawMessage)
-	if !ok {
-		b, err := json.Marshal(payload)
-		if err != nil {
-			return nil, fmt.Errorf("expression %q: encode the payload: %w", e.src, err)
-		}
-		raw = b
+// JSON form, or a json.RawMessage already in that form; and on vars.
+func (e *Expr) eval(payload any, vars ...map[string]any) (any, error) {
+	env := map[string]any{}
+	for _, v := range vars {
+		maps.Copy(env, v)
 	}
-	v := reflect.New(e.view)
-	if len(raw) > 0 && string(raw) != "null" {
-		if err := json.Unmarshal(raw, v.Interface()); err != nil {
-			return nil, fmt.Errorf("expression %q: read the payload: %w", e.src, err)
+	if e.view != nil {
+		raw, ok := payload.(json.RawMessage)
+		if !ok {
+			b, err := json.Marshal(payload)
+			if err != nil {
+				return nil, fmt.Errorf("expression %q: encode the payload: %w", e.src, err)
+			}
+			raw = b
 		}
+		v := reflect.New(e.view)
+		if len(raw) > 0 && string(raw) != "null" {
+			if err := json.Unmarshal(raw, v.Interface()); err != nil {
+				return nil, fmt.Errorf("expression %q: read the payload: %w", e.src, err)
+			}
+		}
+		env["payload"] = v.Elem().Interface()
 	}
-	out, err := expr.Run(e.program, map[string]any{"payload": v.Elem().Interface()})
+	out, err := expr.Run(e.program, env)
 	if err != nil {
 		return nil, fmt.Errorf("expression %q: %w", e.src, err)
 	}
@@ -122,8 +149,13 @@ func (e *Expr) eval(payload any) (any, error) {
 }
 
 // Bool evaluates a condition (When) on a payload.
-func (e *Expr) Bool(payload any) (bool, error) {
-	out, err := e.eval(payload)
+func (e *Expr) Bool(payload any) (bool, error) { return e.BoolWith(payload, nil) }
+
+// BoolWith evaluates a Condition on a payload (as Bool reads it) and on
+// vars, whose values must have the types it was compiled with. It refuses
+// a payload that does not decode into the payload's type.
+func (e *Expr) BoolWith(payload any, vars map[string]any) (bool, error) {
+	out, err := e.eval(payload, vars)
 	if err != nil {
 		return false, err
 	}

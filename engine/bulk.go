@@ -2,16 +2,12 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/expr-lang/expr"
-	"github.com/expr-lang/expr/vm"
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine/journal"
@@ -20,38 +16,59 @@ import (
 
 // BulkReplay selects failed runs to replay together.
 type BulkReplay struct {
-	// Flow, when set, keeps only runs of that flow.
+	// Flow, when set, keeps only runs of that flow, and is the type Where's
+	// payload is checked against.
 	Flow string
 	// Since keeps only runs started at or after it (zero: all).
 	Since time.Time
 	// Where, when set, is an expr-lang condition a run must meet: it sees
 	// run (run_id, flow, step, error, attempt: of the step that failed,
-	// started_at) and payload (the run's input, as JSON reads it):
-	// `run.step == "ship" && payload.amount_cents > 1000`.
+	// started_at) and payload (the run's input, by its JSON names):
+	// `run.step == "ship" && payload.amount_cents > 1000`. It is compiled
+	// before anything is read, against Flow's input type: a field that
+	// type lacks, or a result that is not a bool, is an error. Without
+	// Flow it may read run only.
 	Where string
-	// Limit caps how many runs are replayed (0 = journal.DefaultLimit).
+	// RunIDs, when set, are the runs to replay, instead of the journal's
+	// failed runs: the other fields still filter them.
+	RunIDs []string
+	// Limit caps how many runs are replayed: the journal's failed runs are
+	// read, newest first, until Limit of them met Where or none are left
+	// (0 = journal.DefaultLimit; with RunIDs, 0 = all of them).
 	Limit int
 	// Rate caps replays per second (0 = as fast as the broker goes).
 	Rate float64
 	// DryRun selects and filters, and moves nothing.
 	DryRun bool
+	// Selected hears the selection once it is made, before anything
+	// moves: Matched is the total Progress counts towards.
+	Selected func(BulkResult)
 	// Progress hears the counts after every run decided, one call at a
-	// time; it must return quickly.
+	// time; it must return quickly, and not keep the result's lists, which
+	// the replay goes on changing (copy them).
 	Progress func(BulkResult)
 }
 
 // BulkResult says what a bulk replay did, or would do.
 type BulkResult struct {
-	// Selected is how many failed runs the journal gave for the query.
+	// Selected is how many failed runs were read from the journal and
+	// looked at (Where's input).
 	Selected int `json:"selected"`
+	// Matched is how many of them were chosen (Where accepted them, up to
+	// the limit): Replayed and NotFound once the replay is done.
+	Matched int `json:"matched"`
 	// Replayed lists the runs whose message went back to its step (for a
 	// dry run: that would).
 	Replayed []string `json:"replayed"`
-	// Skipped counts the runs Where declined.
+	// Skipped counts the runs Where declined (with RunIDs, also those of
+	// another flow than Flow, or started before Since).
 	Skipped int `json:"skipped"`
 	// NotFound lists runs whose message was in none of the queues it
 	// could be in (or that were parked: replaying cannot help them).
 	NotFound []string `json:"not_found"`
+	// NotFailed lists runs of RunIDs the journal does not know or that are
+	// not failed (any more): left alone.
+	NotFailed []string `json:"not_failed,omitempty"`
 	// Interrupted says ctx ended first: what is counted was done, the
 	// rest not started, nothing half-moved.
 	Interrupted bool `json:"interrupted,omitempty"`
@@ -62,21 +79,31 @@ type BulkResult struct {
 // message goes back to its step with the acemq-replayed-* stamps, in one
 // pass over each dead-letter queue involved (one message at a time, so
 // that what is counted is exactly what moved), at most req.Rate a second,
-// and each replay is recorded. ctx ending stops it between messages and
-// the result says what was done; nothing is half-moved (a message is
-// acknowledged only once its copy is confirmed). An invalid Where is an
-// error before anything moves.
+// and each replay is recorded. A run that failed moments ago whose message
+// is not in its queue yet is looked for again, as Replay does, for a few
+// seconds. ctx ending stops it between messages and the result says what
+// was done (Interrupted, and a nil error); nothing is half-moved (a
+// message is acknowledged only once its copy is confirmed).
+//
+// It refuses, before anything is read or moved: an unknown Flow
+// (ErrUnknownFlow), and an invalid Where, a negative Limit or Rate
+// (ErrInvalidConfig).
 func (e *Engine) ReplayBulk(ctx context.Context, req BulkReplay) (BulkResult, error) {
 	res := BulkResult{DryRun: req.DryRun, Replayed: []string{}, NotFound: []string{}}
-	where, err := compileWhere(req.Where)
+	if req.Limit < 0 || req.Rate < 0 {
+		return res, fmt.Errorf("%w: bulk replay: limit %d and rate %g must not be negative", ErrInvalidConfig, req.Limit, req.Rate)
+	}
+	w, err := e.compileWhere(req)
 	if err != nil {
 		return res, err
 	}
-	runs, err := e.journal.Runs(ctx, journal.Query{Flow: req.Flow, Statuses: []journal.Status{journal.Failed}, Since: req.Since, Limit: req.Limit})
-	if err != nil {
-		return res, fmt.Errorf("bulk replay: select runs: %w", err)
+	limit := req.Limit
+	switch {
+	case limit == 0 && len(req.RunIDs) > 0:
+		limit = len(req.RunIDs)
+	case limit == 0:
+		limit = journal.DefaultLimit
 	}
-	res.Selected = len(runs)
 	var mu sync.Mutex
 	report := func() {
 		if req.Progress != nil {
@@ -86,18 +113,22 @@ func (e *Engine) ReplayBulk(ctx context.Context, req BulkReplay) (BulkResult, er
 			req.Progress(r)
 		}
 	}
+	sel := selection{e: e, req: req, where: w, limit: limit, res: &res, report: report}
+	runs, err := sel.choose(ctx)
+	if ctx.Err() != nil {
+		res.Interrupted = true
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Matched = len(runs)
+	if req.Selected != nil {
+		req.Selected(res)
+	}
 	byQueue := map[string]map[string]journal.Run{}
 	var order []string
 	for _, r := range runs {
-		ok, err := e.matches(ctx, where, r)
-		if err != nil {
-			return res, err
-		}
-		if !ok {
-			res.Skipped++
-			report()
-			continue
-		}
 		if r.DeadLetter == "" || strings.HasSuffix(r.DeadLetter, broker.ParkedSuffix) {
 			res.NotFound = append(res.NotFound, r.ID)
 			report()
@@ -118,54 +149,116 @@ func (e *Engine) ReplayBulk(ctx context.Context, req BulkReplay) (BulkResult, er
 		slices.Sort(res.Replayed)
 		return res, nil
 	}
-	pace := newPacer(req.Rate)
-	for _, q := range order {
-		want := byQueue[q]
-		moved := map[string]bool{}
-		last := ""
-		// The pass itself is not cut short by ctx: a message taken is then
-		// always moved, and once ctx ends the pass only declines (returning
-		// what is left in order): stopping between messages.
-		_, err := patterns.Replay(context.WithoutCancel(ctx), e.conn, q, patterns.ReplayInFlight(1),
-			patterns.ReplayFilter(func(env broker.Envelope, _ []byte) bool {
-				if _, ok := want[env.RunID]; !ok || ctx.Err() != nil {
-					return false
-				}
-				if !pace.wait(ctx) {
-					return false
-				}
-				moved[env.RunID], last = true, env.RunID
-				mu.Lock()
-				res.Replayed = append(res.Replayed, env.RunID)
-				mu.Unlock()
-				report()
-				return true
-			}))
-		if err != nil && ctx.Err() == nil && last != "" {
-			// One copy at a time: the one that failed was the last taken,
-			// and it stays where it was.
-			delete(moved, last)
-			mu.Lock()
-			res.Replayed = slices.DeleteFunc(res.Replayed, func(id string) bool { return id == last })
-			mu.Unlock()
-		}
-		for id, r := range want {
-			if moved[id] {
-				e.recordReplay(ctx, r, q)
-			} else if ctx.Err() == nil && err == nil {
-				res.NotFound = append(res.NotFound, id)
+	m := mover{e: e, pace: newPacer(req.Rate), mu: &mu, res: &res, report: report}
+	err = m.move(ctx, order, byQueue)
+	slices.Sort(res.NotFound)
+	return res, errors.Join(err, e.writer.Flush(context.WithoutCancel(ctx)))
+}
+
+// settleBackoff is how long a bulk replay waits first before it looks
+// again for the messages of runs that failed less than settleWindow ago;
+// it doubles each time.
+const settleBackoff = 250 * time.Millisecond
+
+// mover moves the chosen runs' messages, pass by pass.
+type mover struct {
+	e      *Engine
+	pace   *pacer
+	mu     *sync.Mutex
+	res    *BulkResult
+	report func()
+}
+
+// move takes the runs of each queue (in order) back to their steps, then
+// looks again, with a growing pause, for the runs whose message was not
+// there yet because they failed moments ago; the others are not found.
+func (m *mover) move(ctx context.Context, order []string, byQueue map[string]map[string]journal.Run) error {
+	pause := settleBackoff
+	for {
+		for _, q := range order {
+			if len(byQueue[q]) == 0 {
+				continue
+			}
+			if err := m.pass(ctx, q, byQueue[q]); err != nil || ctx.Err() != nil {
+				m.res.Interrupted = ctx.Err() != nil
+				return err
 			}
 		}
-		if ctx.Err() != nil {
-			res.Interrupted = true
-			break
+		again := false
+		for _, q := range order {
+			for id, r := range byQueue[q] {
+				if time.Since(r.UpdatedAt) < settleWindow {
+					again = true
+					continue
+				}
+				delete(byQueue[q], id)
+				m.mu.Lock()
+				m.res.NotFound = append(m.res.NotFound, id)
+				m.mu.Unlock()
+				m.report()
+			}
 		}
-		if err != nil {
-			return res, fmt.Errorf("bulk replay from %s: %w", q, err)
+		if !again {
+			return nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			m.res.Interrupted = true
+			return nil
+		case <-t.C:
+		}
+		pause *= 2
+	}
+}
+
+// pass is one pass over q taking the messages of want's runs back to
+// their steps: those it moved are recorded and leave want. A run whose
+// message is there twice (a crash left a copy) has both moved, and is
+// counted once.
+func (m *mover) pass(ctx context.Context, q string, want map[string]journal.Run) error {
+	moved := map[string]int{}
+	last := ""
+	// The pass itself is not cut short by ctx: a message taken is then
+	// always moved, and once ctx ends the pass only declines (returning
+	// what is left in order): stopping between messages.
+	_, err := patterns.Replay(context.WithoutCancel(ctx), m.e.conn, q, patterns.ReplayInFlight(1),
+		patterns.ReplayFilter(func(env broker.Envelope, _ []byte) bool {
+			if _, ok := want[env.RunID]; !ok || ctx.Err() != nil {
+				return false
+			}
+			if !m.pace.wait(ctx) {
+				return false
+			}
+			moved[env.RunID]++
+			last = env.RunID
+			if moved[env.RunID] == 1 {
+				m.mu.Lock()
+				m.res.Replayed = append(m.res.Replayed, env.RunID)
+				m.mu.Unlock()
+				m.report()
+			}
+			return true
+		}))
+	if err != nil && last != "" {
+		// One copy at a time: the one that failed was the last taken, and
+		// it stays where it was.
+		if moved[last]--; moved[last] == 0 {
+			delete(moved, last)
+			m.mu.Lock()
+			m.res.Replayed = slices.DeleteFunc(m.res.Replayed, func(id string) bool { return id == last })
+			m.mu.Unlock()
 		}
 	}
-	slices.Sort(res.NotFound)
-	return res, e.writer.Flush(context.WithoutCancel(ctx))
+	for id := range moved {
+		m.e.recordReplay(ctx, want[id], q)
+		delete(want, id)
+	}
+	if err != nil {
+		return fmt.Errorf("bulk replay from %s: %w", q, err)
+	}
+	return nil
 }
 
 // recordReplay records that run r's message went back from queue q.
@@ -175,54 +268,6 @@ func (e *Engine) recordReplay(ctx context.Context, r journal.Run, q string) {
 	e.record(ctx, journal.Event{RunID: r.ID, Flow: r.Flow, Kind: journal.KindReplay, Step: r.Step,
 		Outcome: "replayed", StartedAt: now, EndedAt: now, Queue: q, Status: journal.Running, RunStep: r.Step,
 		Replays: n, Seq: journal.Seq(n, 0, 0, 0), Key: fmt.Sprintf("replay/%d", n)})
-}
-
-// compileWhere compiles a bulk replay's condition (nil for none).
-func compileWhere(where string) (*vm.Program, error) {
-	if strings.TrimSpace(where) == "" {
-		return nil, nil
-	}
-	p, err := expr.Compile(where, expr.AsBool(), expr.AllowUndefinedVariables())
-	if err != nil {
-		return nil, fmt.Errorf("%w: --where %q: %v", ErrInvalidConfig, where, err)
-	}
-	return p, nil
-}
-
-// matches evaluates where on r: its fields, the attempt of its last step
-// attempt, and its input.
-func (e *Engine) matches(ctx context.Context, where *vm.Program, r journal.Run) (bool, error) {
-	if where == nil {
-		return true, nil
-	}
-	attempt := 0
-	if tl, err := e.journal.Timeline(ctx, r.ID); err == nil {
-		for _, ev := range tl {
-			if ev.Kind == journal.KindStep && ev.Step == r.Step {
-				attempt = ev.Attempt
-			}
-		}
-	}
-	var payload any
-	if len(r.Input) > 0 {
-		_ = json.Unmarshal(r.Input, &payload)
-	}
-	env := map[string]any{
-		"run": map[string]any{"run_id": r.ID, "flow": r.Flow, "step": r.Step, "error": r.Error,
-			"attempt": attempt, "started_at": r.StartedAt},
-		"payload": payload,
-	}
-	out, err := expr.Run(where, env)
-	if err != nil {
-		// A condition that cannot be worked out for one run (a field its
-		// payload lacks) declines it rather than stopping the others.
-		return false, nil
-	}
-	ok, isBool := out.(bool)
-	if !isBool {
-		return false, errors.New("--where gave no bool")
-	}
-	return ok, nil
 }
 
 // pacer spaces events at most rate a second.

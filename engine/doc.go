@@ -53,6 +53,18 @@
 // and replay is recorded in the run journal (package journal), off the hot
 // path in batches and never dropped.
 //
+// # Metrics
+//
+// Given a MeterProvider (Config.MeterProvider), the engine records the
+// seeds' acemq.pipeline.run.total and acemq.pipeline.run.duration, and
+// acemq.flow.step.duration, acemq.flow.steps.active,
+// acemq.flow.compensation.total and acemq.flow.runs.started. Its duration
+// histograms use DurationBuckets (from 100 µs: a step takes microseconds).
+// A run is counted as started by the worker whose first step takes it up
+// (its first message, on attempt 1, not a replay, claimed), not by the
+// process that started it, so that a worker's /metrics shows the runs
+// started by `acemq-flow start` or by another service.
+//
 // Long-lived settings are a Config struct (zero value = defaults);
 // per-call knobs are functional options (StartOption).
 package engine

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -19,6 +20,19 @@ const (
 	RunEndedEarly = "ended_early"
 	RunFailed     = "failed"
 )
+
+// durationBuckets are the engine's histogram buckets, in seconds.
+var durationBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+	1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// DurationBuckets returns the buckets, in seconds, of the engine's
+// duration histograms (acemq.flow.step.duration and the engine's
+// acemq.pipeline.run.duration): from 100 µs, since a step takes tens to
+// hundreds of microseconds, to an hour, since a run can wait minutes on
+// the scheduler ladder. The broker's messaging histograms keep
+// broker.DurationBuckets, the messaging conventions' suggestion; the two
+// share every bound from 5 ms up but 75 ms, 750 ms and 7.5 s.
+func DurationBuckets() []float64 { return slices.Clone(durationBuckets) }
 
 // metrics are the engine's instruments. Run id, attempt and payload never
 // become labels: they would make a series per run.
@@ -40,7 +54,7 @@ type metrics struct {
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m := mp.Meter(instrumentation)
-	buckets := metric.WithExplicitBucketBoundaries(broker.DurationBuckets()...)
+	buckets := metric.WithExplicitBucketBoundaries(durationBuckets...)
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	out := metrics{
@@ -64,7 +78,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Step functions running now in this process, by flow and step."))
 	add(err)
 	out.runsStarted, err = m.Int64Counter("acemq.flow.runs.started",
-		metric.WithDescription("Runs started from this process, by flow."))
+		metric.WithDescription("Runs whose first step a worker of this process took up (once per run across the workers, but for a worker that died in that step), by flow."))
 	add(err)
 	out.compensation, err = m.Int64Counter("acemq.flow.compensation.total",
 		metric.WithDescription("Compensations settled, by flow, step and outcome (compensated, retried, unresolved)."))
@@ -88,7 +102,25 @@ func (m *metrics) active(ctx context.Context, flow, step string, n int64) {
 	m.stepsActive.Add(ctx, n, m.byFlowStep.Option(flow, step))
 }
 
-func (m *metrics) started(ctx context.Context, flow string) {
+// reached counts run msg on acemq.flow.runs.started if msg is the run's
+// first message and this worker has just claimed its step (so no other
+// delivery of it is running it or ran it): counted where the run is
+// worked, whichever process started it (engine.Start, acemq-flow start,
+// another service). The first message is the one at route position 0, or
+// at a later one when the steps before were skipped as the run started
+// (a hop always names the message it came from, a run's first message
+// never), on attempt 1 (a retry is a later attempt), not a replay (a
+// replay carries acemq-replay-count, and so do the hops after it).
+//
+// Approximate: a worker that dies in the first step, or loses its claim,
+// leaves the redelivery to be claimed again and counted again; without a
+// shared idempotency store (no database) each worker claims for itself,
+// so a redelivery to another worker counts again; and a run whose every
+// step was skipped at its start reaches no step and is not counted.
+func (m *metrics) reached(ctx context.Context, flow string, msg *broker.Message, pos, replays int) {
+	if msg.Attempt > 1 || replays > 0 || pos > 0 && msg.CausationID != "" {
+		return
+	}
 	m.runsStarted.Add(ctx, 1, m.byFlow.Option(flow))
 }
 

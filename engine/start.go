@@ -111,9 +111,9 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 	}
 	if err != nil {
 		// If the message did get through after all, its first step's
-		// events come later in the run and take it on.
-		// Written before Start returns, so that a caller retrying under
-		// the run id finds the run not started, and starts it.
+		// events come later in the run and take it on. Written before
+		// Start returns, so that a caller retrying under the run id finds
+		// the run not started, and starts it.
 		now := time.Now()
 		n := p.res.Replays
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
@@ -125,7 +125,6 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 		}
 		return p.res, fmt.Errorf("start %q: %w", flowName, err)
 	}
-	e.metrics.started(ctx, flowName)
 	return p.res, nil
 }
 
@@ -238,7 +237,6 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 		// Every step skipped: the run is done as it starts.
 		start.Status, start.RunStep = journal.Completed, route[len(route)-1]
 		e.record(ctx, append([]journal.Event{start}, f.startSkips(p.res.RunID, n, route, h, now)...)...)
-		e.metrics.started(ctx, f.name)
 		p.done = true
 		return p, nil
 	}

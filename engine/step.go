@@ -199,6 +199,7 @@ func (r *stepRunner) decide(ctx context.Context, m *broker.Message, a *attempt) 
 	}
 	switch claim {
 	case patterns.ClaimClaimed:
+		r.e.metrics.reached(ctx, r.f.name, m, pos, a.replays)
 		return r.run(ctx, m, key, a, slip, st)
 	case patterns.ClaimDuplicate:
 		return r.duplicate(ctx, m, key, a)

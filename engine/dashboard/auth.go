@@ -31,7 +31,7 @@ func sessionValue(token string) string {
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
 // hostAllowed: an IP address, localhost, or a name in Config.Hosts.
-func (d *dash) hostAllowed(hostport string) bool {
+func (d *Dashboard) hostAllowed(hostport string) bool {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h
@@ -45,7 +45,7 @@ func (d *dash) hostAllowed(hostport string) bool {
 
 // authenticated reports whether r carries the token (always true without
 // one), and whether it came as an Authorization header.
-func (d *dash) authenticated(r *http.Request) (ok, bearer bool) {
+func (d *Dashboard) authenticated(r *http.Request) (ok, bearer bool) {
 	if d.cfg.Token == "" {
 		return true, false
 	}
@@ -59,7 +59,7 @@ func (d *dash) authenticated(r *http.Request) (ok, bearer bool) {
 }
 
 // setSession gives the browser its session cookie.
-func (d *dash) setSession(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) setSession(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: d.session, Path: "/", HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
 }
@@ -67,7 +67,7 @@ func (d *dash) setSession(w http.ResponseWriter, r *http.Request) {
 // page guards a page: a request without the token gets the login form
 // (401); one with ?token= right gets the session cookie and the same
 // address without it.
-func (d *dash) page(h http.HandlerFunc) http.Handler {
+func (d *Dashboard) page(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if tok := r.URL.Query().Get("token"); d.cfg.Token != "" && tok != "" {
 			if !equal(tok, d.cfg.Token) {
@@ -93,7 +93,7 @@ func (d *dash) page(h http.HandlerFunc) http.Handler {
 // action guards a POST that changes something: the token, an engine to
 // act with, then the CSRF token (unless the token came as an
 // Authorization header, which a browser never adds by itself).
-func (d *dash) action(h http.HandlerFunc) http.Handler {
+func (d *Dashboard) action(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ok, bearer := d.authenticated(r)
 		if !ok {
@@ -118,7 +118,7 @@ func (d *dash) action(h http.HandlerFunc) http.Handler {
 
 // unauthorized answers 401 with the login form, which leads to next once
 // signed in.
-func (d *dash) unauthorized(w http.ResponseWriter, r *http.Request, msg, next string) {
+func (d *Dashboard) unauthorized(w http.ResponseWriter, r *http.Request, msg, next string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="acemq-flow dashboard"`)
 	d.render(w, r, http.StatusUnauthorized, "login", loginData{Next: localPath(next), Error: msg})
 }
@@ -128,7 +128,7 @@ type loginData struct {
 	Error string
 }
 
-func (d *dash) loginPage(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 	if d.cfg.Token == "" {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
@@ -137,7 +137,7 @@ func (d *dash) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // login checks the token a person typed and sets the session cookie.
-func (d *dash) login(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	next := localPath(r.PostFormValue("next"))
 	if d.cfg.Token == "" {
 		http.Redirect(w, r, next, http.StatusSeeOther)
@@ -153,7 +153,7 @@ func (d *dash) login(w http.ResponseWriter, r *http.Request) {
 
 // logout forgets the session cookie. It wants the page's CSRF token, so
 // that another site cannot sign a person out.
-func (d *dash) logout(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	if !d.csrfValid(r) {
 		d.fail(w, r, http.StatusForbidden, "The form was stale or did not come from this dashboard: reload the page and try again.")
 		return
@@ -173,7 +173,7 @@ func localPath(p string) string {
 
 // csrfToken is the token forms carry, the nonce cookie set first when the
 // browser has none.
-func (d *dash) csrfToken(w http.ResponseWriter, r *http.Request) string {
+func (d *Dashboard) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	nonce := ""
 	if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) >= 32 {
 		nonce = c.Value
@@ -187,14 +187,14 @@ func (d *dash) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	return d.sign(nonce)
 }
 
-func (d *dash) sign(nonce string) string {
+func (d *Dashboard) sign(nonce string) string {
 	m := hmac.New(sha256.New, d.csrfKey)
 	m.Write([]byte(nonce))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // csrfValid: the form's token is the signature of the cookie's nonce.
-func (d *dash) csrfValid(r *http.Request) bool {
+func (d *Dashboard) csrfValid(r *http.Request) bool {
 	c, err := r.Cookie(csrfCookie)
 	if err != nil || c.Value == "" {
 		return false

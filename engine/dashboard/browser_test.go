@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine/dashboard"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/testenv"
@@ -267,4 +269,61 @@ func TestInABrowserTheTokenIsRequired(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fx.srv.URL+"/failed", loc, "back to the page it asked for")
 	require.Equal(t, "No failed runs.", text(t, ctx, "no-failed"))
+}
+
+// TestInABrowserGroupReplay: in headless Chromium, a group of 150 failed
+// runs is replayed from /failed: the confirmation asks for all of them,
+// confirming leads at once to the replay's page, which shows its progress
+// and follows it by itself until it shows the result (every run
+// replayed); that page can be reloaded without replaying anything again;
+// every run completes, replayed once.
+func TestInABrowserGroupReplay(t *testing.T) {
+	t.Parallel()
+	const n = 150
+	// Each run's lookup takes 20 ms: the replay takes three seconds or so,
+	// long enough for its progress page to be seen.
+	fx := newFixture(t, dashboard.Config{}, 20*time.Millisecond)
+	ctx := browser(t)
+	opened := dialogs(t, ctx)
+	var orders []order
+	for i := range n {
+		orders = append(orders, order{ID: fmt.Sprint(i), Fail: fmt.Sprintf("card %d declined", 1000+i)})
+	}
+	ids := fx.startAll(orders, journal.Failed)
+	fx.h.WaitDepth(fx.flow+".charge"+broker.DeadLetterSuffix, n, 10*time.Second)
+
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/failed"))
+	resp, err := chromedp.RunResponse(ctx, chromedp.Click(`.group button.replay-group`, chromedp.NodeVisible))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status)
+	require.Equal(t, fmt.Sprintf("Replay %d runs?", n), text(t, ctx, "confirm-title"))
+
+	resp, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("confirm")))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status)
+	require.Equal(t, fmt.Sprintf("Replaying %d runs…", n), text(t, ctx, "replaying"), "the answer comes before the replay is done")
+	require.Equal(t, n, eval[int](t, ctx, `Number(document.getElementById("progress").max)`))
+	screenshot(t, ctx, "dashboard-group-replaying")
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("results"))), "the page follows the replay to its end")
+	require.Equal(t, fmt.Sprintf("Replayed %d of %d runs", n, n), text(t, ctx, "replayed"))
+	outcomes := eval[[]string](t, ctx, `[...document.querySelectorAll("#results tr[data-run]")].map(r => r.dataset.outcome)`)
+	require.Len(t, outcomes, n)
+	for _, o := range outcomes {
+		require.Equal(t, "replayed", o)
+	}
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	require.NoError(t, err)
+	require.Regexp(t, `/failed/replay/[A-Z0-9]+$`, loc, "an address to come back to")
+	screenshot(t, ctx, "dashboard-group-replay")
+
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, loc))
+	require.Equal(t, fmt.Sprintf("Replayed %d of %d runs", n, n), text(t, ctx, "replayed"), "reloaded")
+	for _, id := range ids {
+		fx.wait(id, journal.Completed)
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, fx.replays(id), "run %s replayed once", id)
+		require.Equal(t, 2, fx.charges(id), "run %s charged once more", id)
+	}
+	require.Equal(t, int32(0), opened.Load(), "no page opened a dialog")
 }

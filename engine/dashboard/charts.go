@@ -75,7 +75,7 @@ type chartsPage struct {
 }
 
 // charts draws the last hour from the journal.
-func (d *dash) charts(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) charts(w http.ResponseWriter, r *http.Request) {
 	now := d.cfg.Now()
 	since := now.Add(-chartWindow)
 	runs, err := d.journal.Runs(r.Context(), journal.Query{Since: since, Limit: maxChartRuns})

@@ -22,8 +22,8 @@ const (
 	// DefaultPageSize is how many runs a page of the runs list shows.
 	DefaultPageSize = 50
 	// DefaultMaxGroupReplay is how many runs one group replay replays at
-	// most.
-	DefaultMaxGroupReplay = 100
+	// most: as many as /failed groups.
+	DefaultMaxGroupReplay = 1000
 	// DefaultMaxFailed is how many failed runs /failed groups (the newest).
 	DefaultMaxFailed = 1000
 	// DefaultChartSample is how many runs' timelines /charts reads for
@@ -31,6 +31,8 @@ const (
 	DefaultChartSample = 200
 	// DefaultActionTimeout bounds one replay or compensation.
 	DefaultActionTimeout = 30 * time.Second
+	// DefaultGroupReplayTimeout bounds one group replay.
+	DefaultGroupReplayTimeout = 15 * time.Minute
 )
 
 // maxChartRuns caps the runs /charts reads for its counts.
@@ -72,12 +74,17 @@ type Config struct {
 	// ActionTimeout bounds one replay or compensation (0 =
 	// DefaultActionTimeout).
 	ActionTimeout time.Duration
+	// GroupReplayTimeout bounds one group replay, which runs in the
+	// background (0 = DefaultGroupReplayTimeout): once it passes, the
+	// replay stops between messages, as Close stops it.
+	GroupReplayTimeout time.Duration
 	// Now is the clock (nil = time.Now), for tests of time windows.
 	Now func() time.Time
 }
 
-// dash is the handler New returns.
-type dash struct {
+// Dashboard is the dashboard: an http.Handler. It owns the group replays
+// it carries out in the background; Close stops them.
+type Dashboard struct {
 	cfg     Config
 	journal journal.Journal
 	eng     *engine.Engine
@@ -89,19 +96,21 @@ type dash struct {
 	// session is the cookie value a logged-in browser holds (an HMAC of
 	// the token); empty without a token.
 	session string
+	// replays are the group replays running and lately done.
+	replays *replays
 }
 
 //go:embed assets
 var assets embed.FS
 
-// New returns the dashboard cfg describes. It refuses, with an error
-// matching ErrInvalidConfig, a config with neither Journal nor Engine and
-// negative sizes or durations.
-func New(cfg Config) (http.Handler, error) {
+// New returns the dashboard cfg describes; Close it when done. It
+// refuses, with an error matching ErrInvalidConfig, a config with neither
+// Journal nor Engine and negative sizes or durations.
+func New(cfg Config) (*Dashboard, error) {
 	if cfg.Journal == nil && cfg.Engine == nil {
 		return nil, fmt.Errorf("%w: needs a Journal or an Engine", ErrInvalidConfig)
 	}
-	if cfg.PageSize < 0 || cfg.MaxGroupReplay < 0 || cfg.MaxFailed < 0 || cfg.ChartSample < 0 || cfg.ActionTimeout < 0 {
+	if cfg.PageSize < 0 || cfg.MaxGroupReplay < 0 || cfg.MaxFailed < 0 || cfg.ChartSample < 0 || cfg.ActionTimeout < 0 || cfg.GroupReplayTimeout < 0 {
 		return nil, fmt.Errorf("%w: negative size or duration", ErrInvalidConfig)
 	}
 	if cfg.Journal == nil {
@@ -125,6 +134,9 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.ActionTimeout == 0 {
 		cfg.ActionTimeout = DefaultActionTimeout
 	}
+	if cfg.GroupReplayTimeout == 0 {
+		cfg.GroupReplayTimeout = DefaultGroupReplayTimeout
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -132,8 +144,8 @@ func New(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &dash{cfg: cfg, journal: cfg.Journal, eng: cfg.Engine, log: cfg.Logger, pages: pages,
-		mux: http.NewServeMux(), csrfKey: make([]byte, 32)}
+	d := &Dashboard{cfg: cfg, journal: cfg.Journal, eng: cfg.Engine, log: cfg.Logger, pages: pages,
+		mux: http.NewServeMux(), csrfKey: make([]byte, 32), replays: newReplays()}
 	rand.Read(d.csrfKey) // never fails: it crashes the process first
 	if cfg.Token != "" {
 		d.session = sessionValue(cfg.Token)
@@ -152,6 +164,7 @@ func New(cfg Config) (http.Handler, error) {
 	d.mux.Handle("POST /runs/{id}/compensate", d.action(d.compensate))
 	d.mux.Handle("GET /failed", d.page(d.failed))
 	d.mux.Handle("POST /failed/replay", d.action(d.replayGroup))
+	d.mux.Handle("GET /failed/replay/{id}", d.page(d.groupReplayPage))
 	d.mux.Handle("GET /charts", d.page(d.charts))
 	d.mux.Handle("/", d.page(func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "No such page.")
@@ -159,15 +172,22 @@ func New(cfg Config) (http.Handler, error) {
 	return d, nil
 }
 
+// Close stops the group replay running, if any, between two messages
+// (nothing is half-moved, and what it did is recorded), and waits for it
+// until ctx ends. Pages are still served; a group replay asked for after
+// Close is refused.
+func (d *Dashboard) Close(ctx context.Context) error { return d.replays.close(ctx) }
+
 // ListenAndServe serves h (a dashboard from New) on addr until ctx ends,
-// then shuts it down: what `acemq-flow dashboard --addr` does.
+// then shuts it down: what `acemq-flow dashboard --addr` does. It does not
+// close the dashboard.
 func ListenAndServe(ctx context.Context, addr string, h http.Handler) error {
 	return observe.ListenAndServe(ctx, addr, h)
 }
 
 // ServeHTTP sets the security headers every answer carries, refuses a
 // host it does not answer to, then routes.
-func (d *dash) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
 		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -183,4 +203,4 @@ func (d *dash) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // canAct reports whether replay and compensate are offered.
-func (d *dash) canAct() bool { return d.eng != nil && !d.cfg.ReadOnly }
+func (d *Dashboard) canAct() bool { return d.eng != nil && !d.cfg.ReadOnly }

@@ -16,6 +16,7 @@ import (
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine/dashboard"
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/brokertest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
@@ -314,11 +315,12 @@ func TestFailedGroupsAndGroupReplay(t *testing.T) {
 	require.NotContains(t, confirm, other)
 
 	form := url.Values{"csrf": {csrf(t, confirm)}, "group": {groups[0][1]}, "confirm": {"1"}, "run": declined[:2]}
-	status, results, _ := do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay", form, nil)
-	require.Equal(t, http.StatusOK, status)
+	results, _ := fx.replayGroup(c, form)
 	require.Contains(t, results, "Replayed 2 of 2 runs")
 	for _, id := range declined[:2] {
 		fx.wait(id, journal.Completed)
+		require.Contains(t, results, `data-run="`+id+`" data-outcome="replayed"`)
+		require.Equal(t, 1, fx.replays(id))
 	}
 	for _, id := range []string{declined[2], other} {
 		r, err := fx.journal.Run(context.Background(), id)
@@ -327,6 +329,93 @@ func TestFailedGroupsAndGroupReplay(t *testing.T) {
 	}
 	_, page, _ = do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
 	require.Regexp(t, `class="count"[^>]*>1<`, page)
+}
+
+// replayGroup confirms a group replay with form: the answer sends the
+// browser to the replay's page, which it reads (as the page reloads itself)
+// until the replay is done, and returns with its address.
+func (fx *fixture) replayGroup(c *http.Client, form url.Values) (page, at string) {
+	fx.t.Helper()
+	status, _, resp := do(fx.t, c, http.MethodPost, fx.srv.URL+"/failed/replay", form, nil)
+	require.Equal(fx.t, http.StatusSeeOther, status, "the replay goes on in the background")
+	at = resp.Header.Get("Location")
+	require.Regexp(fx.t, `^/failed/replay/[A-Z0-9]+$`, at)
+	require.Eventually(fx.t, func() bool {
+		status, page, _ = do(fx.t, c, http.MethodGet, fx.srv.URL+at, nil, nil)
+		require.Equal(fx.t, http.StatusOK, status, page)
+		if strings.Contains(page, `id="replaying"`) {
+			require.Contains(fx.t, page, `data-refresh="1"`, "the progress page comes again")
+			return false
+		}
+		return true
+	}, time.Minute, 20*time.Millisecond)
+	require.Contains(fx.t, page, `id="results"`)
+	return page, at
+}
+
+// TestGroupReplayOfAThousandRuns: a group of a thousand failed runs is
+// replayed in the background, in one pass over their dead-letter queue
+// (the other group's messages there are put back once, not once per
+// run): the answer to the confirmation is the replay's page, which ends
+// as the result page listing every run replayed; every run is replayed
+// once and completes; reading the page again replays nothing more; the
+// other group's runs are untouched.
+func TestGroupReplayOfAThousandRuns(t *testing.T) {
+	t.Parallel()
+	const n, others = 1000, 40
+	fx := newFixture(t, dashboard.Config{MaxFailed: 2000})
+	var orders []order
+	for i := range n {
+		orders = append(orders, order{ID: fmt.Sprint(i), Fail: fmt.Sprintf("card %d declined", i)})
+	}
+	for i := range others {
+		orders = append(orders, order{ID: fmt.Sprint("x", i), Fail: "bank unreachable"})
+	}
+	ids := fx.startAll(orders, journal.Failed)
+	declined, unreachable := ids[:n], ids[n:]
+	dlq := fx.flow + ".charge" + broker.DeadLetterSuffix
+	fx.h.WaitDepth(dlq, n+others, 10*time.Second)
+
+	c := client(t)
+	_, page, _ := do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
+	key := groupKeyOf(t, page, "card &lt;n&gt; declined")
+	status, confirm, _ := do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay", url.Values{"csrf": {csrf(t, page)}, "group": {key}}, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, confirm, fmt.Sprintf("Replay %d runs?", n))
+	form := url.Values{"csrf": {csrf(t, confirm)}, "group": {key}, "confirm": {"1"}, "run": declined}
+	before := fx.published()
+	results, at := fx.replayGroup(c, form)
+	require.Contains(t, results, fmt.Sprintf("Replayed %d of %d runs", n, n))
+	require.Equal(t, n, strings.Count(results, `data-outcome="replayed"`))
+	require.LessOrEqual(t, fx.published()-before, int64(n+others), "one pass: each replayed copy, and each other message put back once")
+	for _, id := range declined {
+		fx.wait(id, journal.Completed)
+	}
+	for _, id := range declined {
+		require.Equal(t, 1, fx.replays(id), "run %s replayed once", id)
+		require.Equal(t, 2, fx.charges(id), "run %s charged once more", id)
+	}
+	status, again, _ := do(t, c, http.MethodGet, fx.srv.URL+at, nil, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, again, fmt.Sprintf("Replayed %d of %d runs", n, n), "the same result, read again")
+	for _, id := range declined[:10] {
+		require.Equal(t, 1, fx.replays(id), "reading the result again replays nothing")
+	}
+	for _, id := range unreachable {
+		r, err := fx.journal.Run(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, journal.Failed, r.Status)
+	}
+	fx.h.WaitDepth(dlq, others, 10*time.Second)
+}
+
+// groupKeyOf is the key of the /failed group whose pattern ends with
+// pattern (as the page escapes it).
+func groupKeyOf(t *testing.T, page, pattern string) string {
+	t.Helper()
+	m := regexp.MustCompile(`data-group="([0-9a-f]+)">\s*<header>[^§]*?<p class="pattern"><code>[^<]*` + regexp.QuoteMeta(pattern) + `</code>`).FindStringSubmatch(page)
+	require.NotNil(t, m, "no group %q in:\n%s", pattern, page)
+	return m[1]
 }
 
 // TestCharts: the last hour's runs started and failed per minute, and
@@ -345,4 +434,51 @@ func TestCharts(t *testing.T) {
 	require.Regexp(t, `<rect [^>]*class="failed"><title>\d\d:\d\dZ: 1</title>`, page)
 	require.Contains(t, page, fx.flow[:22]+"… › charge")
 	require.Contains(t, page, "from the timelines of the newest 3 runs")
+}
+
+// TestCloseStopsAGroupReplay: Close stops the group replay running
+// between two messages and waits for it; its page then says it was
+// stopped, the runs it did not reach are still failed and replayed
+// nothing, and a group replay asked for after Close is refused.
+func TestCloseStopsAGroupReplay(t *testing.T) {
+	t.Parallel()
+	const n = 100
+	// Each lookup takes 50 ms: the replay would take five seconds.
+	fx := newFixture(t, dashboard.Config{}, 50*time.Millisecond)
+	var orders []order
+	for i := range n {
+		orders = append(orders, order{ID: fmt.Sprint(i), Fail: "declined"})
+	}
+	ids := fx.startAll(orders, journal.Failed)
+	c := client(t)
+	_, page, _ := do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
+	key := groupKeyOf(t, page, "declined")
+	form := url.Values{"csrf": {csrf(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids}
+	status, _, resp := do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay", form, nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	at := resp.Header.Get("Location")
+	_, page, _ = do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
+	require.Contains(t, page, `id="replay-running"`, "the failed runs page leads to it")
+	status, page, resp = do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay", url.Values{"csrf": {csrf(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids[:1]}, nil)
+	require.Equal(t, http.StatusSeeOther, status, page)
+	require.Equal(t, at+"?busy=1", resp.Header.Get("Location"), "one group replay at a time: asking again leads to it")
+
+	require.NoError(t, fx.dash.Close(brokertest.Ctx(t)))
+	status, page, _ = do(t, c, http.MethodGet, fx.srv.URL+at, nil, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, `id="interrupted"`, "done, and stopped before it finished")
+	notReached := strings.Count(page, `data-outcome="not-reached"`)
+	require.Positive(t, notReached)
+	require.Equal(t, n, notReached+strings.Count(page, `data-outcome="replayed"`))
+	for _, id := range ids {
+		if strings.Contains(page, `data-run="`+id+`" data-outcome="not-reached"`) {
+			require.Zero(t, fx.replays(id), "run %s was not touched", id)
+			r, err := fx.journal.Run(context.Background(), id)
+			require.NoError(t, err)
+			require.Equal(t, journal.Failed, r.Status)
+		}
+	}
+	_, page, _ = do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
+	status, _, _ = do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay", url.Values{"csrf": {csrf(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids[:1]}, nil)
+	require.Equal(t, http.StatusServiceUnavailable, status, "refused once closed")
 }

@@ -19,6 +19,16 @@
 //     declined" are one group, as ServicePulse groups failed messages. A
 //     group is replayed after a page that shows how many runs it will
 //     replay (at most Config.MaxGroupReplay) and which.
+//   - /failed/replay/{id} is a group replay. Once confirmed, it runs in
+//     the background, owned by the Dashboard (Close stops it between two
+//     messages), as one engine.ReplayBulk: one pass over the group's
+//     dead-letter queue however many runs (a thousand take seconds, where
+//     replaying them one by one read the queue once per run). Its page
+//     shows the progress, coming again every second, then what became of
+//     each run; reloading it replays nothing again. One group replay runs
+//     at a time (two passes over one queue would hand each other's
+//     messages back); asking for another while one runs leads to it. The
+//     last few stay to be looked at until the dashboard restarts.
 //   - /charts draws runs started, finished and failed per minute and the
 //     p50 and p99 of each step's time over the last hour, from the journal,
 //     as SVG rendered on the server.

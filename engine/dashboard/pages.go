@@ -2,9 +2,11 @@ package dashboard
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -35,7 +37,7 @@ type runsPage struct {
 }
 
 // runs is the runs list.
-func (d *dash) runs(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) runs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p := runsPage{Flow: q.Get("flow"), Status: q.Get("status"), Window: q.Get("window"), Q: strings.TrimSpace(q.Get("q")),
 		Statuses: journal.Statuses(), Windows: windows, Flows: d.flowNames()}
@@ -96,7 +98,7 @@ func (d *dash) runs(w http.ResponseWriter, r *http.Request) {
 }
 
 // flowNames are the engine's flows, for the filter.
-func (d *dash) flowNames() []string {
+func (d *Dashboard) flowNames() []string {
 	if d.eng == nil {
 		return nil
 	}
@@ -109,7 +111,7 @@ func (d *dash) flowNames() []string {
 }
 
 // journalFailed answers a journal that did not answer.
-func (d *dash) journalFailed(w http.ResponseWriter, r *http.Request, err error) {
+func (d *Dashboard) journalFailed(w http.ResponseWriter, r *http.Request, err error) {
 	d.log.Error("dashboard: journal query failed", "path", r.URL.Path, "error", err)
 	d.fail(w, r, http.StatusBadGateway, "The run journal did not answer: "+err.Error())
 }
@@ -144,7 +146,7 @@ var flashes = map[string]string{
 }
 
 // run is one run's page.
-func (d *dash) run(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) run(w http.ResponseWriter, r *http.Request) {
 	p, status, ok := d.runPage(w, r)
 	if !ok {
 		return
@@ -154,7 +156,7 @@ func (d *dash) run(w http.ResponseWriter, r *http.Request) {
 }
 
 // runPage reads what the run page shows; on failure it has answered.
-func (d *dash) runPage(w http.ResponseWriter, r *http.Request) (runPage, int, bool) {
+func (d *Dashboard) runPage(w http.ResponseWriter, r *http.Request) (runPage, int, bool) {
 	id := r.PathValue("id")
 	run, err := d.journal.Run(r.Context(), id)
 	if errors.Is(err, journal.ErrRunNotFound) {
@@ -194,7 +196,7 @@ func (d *dash) runPage(w http.ResponseWriter, r *http.Request) (runPage, int, bo
 	return p, http.StatusOK, true
 }
 
-func (d *dash) showRun(w http.ResponseWriter, r *http.Request, status int, p runPage) {
+func (d *Dashboard) showRun(w http.ResponseWriter, r *http.Request, status int, p runPage) {
 	refresh := 0
 	if !p.Run.Status.Stopped() {
 		// A moving run is watched: its page comes again until it stops.
@@ -249,16 +251,16 @@ func pretty(raw json.RawMessage) string {
 }
 
 // replay replays one failed run, then shows it.
-func (d *dash) replay(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request) {
 	d.act(w, r, "replayed", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Replay(ctx, id) })
 }
 
 // compensate compensates one failed run now, then shows it.
-func (d *dash) compensate(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) compensate(w http.ResponseWriter, r *http.Request) {
 	d.act(w, r, "compensating", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Compensate(ctx, id) })
 }
 
-func (d *dash) act(w http.ResponseWriter, r *http.Request, done string, do func(context.Context, string) (engine.Moved, error)) {
+func (d *Dashboard) act(w http.ResponseWriter, r *http.Request, done string, do func(context.Context, string) (engine.Moved, error)) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.ActionTimeout)
 	defer cancel()
@@ -295,20 +297,25 @@ type failedPage struct {
 	Total  int
 	Capped bool
 	Max    int
+	// Replaying is the address of the group replay running, if any.
+	Replaying string
 }
 
 // failed groups failed runs.
-func (d *dash) failed(w http.ResponseWriter, r *http.Request) {
+func (d *Dashboard) failed(w http.ResponseWriter, r *http.Request) {
 	runs, capped, err := d.failedRuns(r.Context())
 	if err != nil {
 		d.journalFailed(w, r, err)
 		return
 	}
 	p := failedPage{Groups: groupFailed(runs), Total: len(runs), Capped: capped, Max: d.cfg.MaxGroupReplay}
+	if gr := d.replays.current(); gr != nil {
+		p.Replaying = "/failed/replay/" + url.PathEscape(gr.ID)
+	}
 	d.render(w, r, http.StatusOK, "failed", view{Nav: "failed", Title: "Failed runs", Page: p})
 }
 
-func (d *dash) failedRuns(ctx context.Context) ([]journal.Run, bool, error) {
+func (d *Dashboard) failedRuns(ctx context.Context) ([]journal.Run, bool, error) {
 	runs, err := d.journal.Runs(ctx, journal.Query{Statuses: []journal.Status{journal.Failed}, Limit: d.cfg.MaxFailed})
 	return runs, len(runs) == d.cfg.MaxFailed, err
 }
@@ -319,21 +326,13 @@ type confirmPage struct {
 	Runs []journal.Run
 }
 
-type replayResult struct {
-	RunID string
-	Moved engine.Moved
-	Error string
-}
-
-type resultsPage struct {
-	Group   group
-	Results []replayResult
-	OK      int
-}
-
 // replayGroup shows what replaying a group will do (how many runs, which)
-// and, once confirmed, replays exactly those runs, one after the other.
-func (d *dash) replayGroup(w http.ResponseWriter, r *http.Request) {
+// and, once confirmed, starts replaying exactly those runs in the
+// background, in one pass over their dead-letter queue, and sends the
+// browser to the replay's page (GET: reloading it replays nothing again).
+// While one group replay runs, another is not started: the browser is
+// sent to the one running.
+func (d *Dashboard) replayGroup(w http.ResponseWriter, r *http.Request) {
 	key := r.PostFormValue("group")
 	runs, _, err := d.failedRuns(r.Context())
 	if err != nil {
@@ -361,27 +360,110 @@ func (d *dash) replayGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ids := r.PostForm["run"]
-	if len(ids) > d.cfg.MaxGroupReplay {
+	switch {
+	case len(ids) > d.cfg.MaxGroupReplay:
 		d.fail(w, r, http.StatusBadRequest, "More runs than one group replay takes.")
 		return
+	case len(ids) == 0:
+		d.fail(w, r, http.StatusBadRequest, "No runs to replay.")
+		return
 	}
-	p := resultsPage{}
+	var asked group
 	if g != nil {
-		p.Group = *g
+		asked = *g
 	}
-	for _, id := range ids {
-		ctx, cancel := context.WithTimeout(r.Context(), d.cfg.ActionTimeout)
-		moved, err := d.eng.Replay(ctx, id)
-		cancel()
-		res := replayResult{RunID: id, Moved: moved}
-		if err != nil {
-			res.Error = err.Error()
-		} else {
-			p.OK++
+	gr, started, err := d.replays.start(d.eng, asked, ids, d.cfg.GroupReplayTimeout, d.groupReplayed)
+	if err != nil {
+		d.fail(w, r, http.StatusServiceUnavailable, "The dashboard is shutting down: replay the group once it is back.")
+		return
+	}
+	to := "/failed/replay/" + url.PathEscape(gr.ID)
+	if started {
+		d.log.Info("dashboard: group replay started", "flow", asked.Flow, "step", asked.Step, "pattern", asked.Pattern,
+			"runs", len(ids), "replay", gr.ID, "remote", r.RemoteAddr)
+	} else {
+		to += "?busy=1"
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// groupReplayed logs what a group replay came to.
+func (d *Dashboard) groupReplayed(gr *groupReplay) {
+	c, res, err, _, _ := gr.snapshot()
+	args := []any{"flow", gr.Group.Flow, "step", gr.Group.Step, "pattern", gr.Group.Pattern, "replay", gr.ID,
+		"asked", len(gr.Runs), "replayed", c.Replayed, "not_found", c.NotFound, "not_failed", c.NotFailed, "interrupted", res.Interrupted}
+	if err != nil {
+		d.log.Warn("dashboard: group replay failed", append(args, "error", err)...)
+		return
+	}
+	d.log.Info("dashboard: group replayed", args...)
+}
+
+// replayRow is one run of a group replay's result.
+type replayRow struct {
+	RunID string
+	// Outcome is "replayed", "not-found", "not-failed" or "not-reached".
+	Outcome string
+	// From is the dead-letter queue it was in, To the step queue it went
+	// back to (replayed runs of a group the page knew).
+	From, To string
+}
+
+type groupReplayPage struct {
+	ID    string
+	Group group
+	Asked int
+	// Counts are the counts so far (all of them once Done).
+	Counts  replayCounts
+	Done    bool
+	Started time.Time
+	Ended   time.Time
+	// Busy says the browser asked for another replay while this one ran.
+	Busy        bool
+	Interrupted bool
+	Error       string
+	Rows        []replayRow
+}
+
+// groupReplayPage shows a group replay: its progress while it runs (the
+// page comes again every second), what it came to once done.
+func (d *Dashboard) groupReplayPage(w http.ResponseWriter, r *http.Request) {
+	gr, ok := d.replays.get(r.PathValue("id"))
+	if !ok {
+		d.fail(w, r, http.StatusNotFound, fmt.Sprintf("No such group replay: the dashboard keeps the last %d, until it restarts.", keptReplays))
+		return
+	}
+	c, res, err, ended, done := gr.snapshot()
+	p := groupReplayPage{ID: gr.ID, Group: gr.Group, Asked: len(gr.Runs), Counts: c, Done: done, Started: gr.Started,
+		Ended: ended, Busy: r.URL.Query().Get("busy") != ""}
+	if !done {
+		d.render(w, r, http.StatusOK, "replaying", view{Nav: "failed", Title: "Replaying a group", Refresh: 1, Page: p})
+		return
+	}
+	p.Interrupted = res.Interrupted
+	if err != nil {
+		p.Error = err.Error()
+	}
+	outcome := map[string]string{}
+	for _, id := range res.Replayed {
+		outcome[id] = "replayed"
+	}
+	for _, id := range res.NotFound {
+		outcome[id] = "not-found"
+	}
+	for _, id := range res.NotFailed {
+		outcome[id] = "not-failed"
+	}
+	from := map[string]string{}
+	for _, run := range gr.Group.Runs {
+		from[run.ID] = run.DeadLetter
+	}
+	for _, id := range gr.Runs {
+		row := replayRow{RunID: id, Outcome: cmp.Or(outcome[id], "not-reached")}
+		if row.Outcome == "replayed" && from[id] != "" {
+			row.From, row.To = from[id], strings.TrimSuffix(from[id], broker.DeadLetterSuffix)
 		}
-		p.Results = append(p.Results, res)
+		p.Rows = append(p.Rows, row)
 	}
-	d.log.Info("dashboard: group replayed", "flow", p.Group.Flow, "step", p.Group.Step, "pattern", p.Group.Pattern,
-		"replayed", p.OK, "refused", len(ids)-p.OK, "remote", r.RemoteAddr)
 	d.render(w, r, http.StatusOK, "results", view{Nav: "failed", Title: "Group replayed", Page: p})
 }

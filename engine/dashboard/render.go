@@ -93,7 +93,7 @@ func parsePages() (map[string]*template.Template, error) {
 
 // render writes page name inside the layout with status. A template that
 // fails is a 500 with nothing of the half-rendered page.
-func (d *dash) render(w http.ResponseWriter, r *http.Request, status int, name string, page any) {
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name string, page any) {
 	v, ok := page.(view)
 	if !ok {
 		v = view{Page: page}
@@ -116,6 +116,6 @@ func (d *dash) render(w http.ResponseWriter, r *http.Request, status int, name s
 }
 
 // fail answers status with a page saying msg.
-func (d *dash) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	d.render(w, r, status, "error", view{Title: http.StatusText(status), Page: msg})
 }

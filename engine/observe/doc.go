@@ -18,9 +18,13 @@
 //	err = m.ObserveLadder(conn)  // acemq.schedule.* from conn.LadderStats
 //	err = m.ObserveFlows(eng)    // acemq.queue.depth of every flow queue, dead-letter queues included
 //
-// Every histogram in seconds is served with [broker.DurationBuckets],
-// whatever buckets its instrument asked for, so that durations from
-// every layer can be compared and summed.
+// A histogram is served with the buckets its instrument asked for: the
+// broker's (acemq.consume.duration, messaging.process.duration, ...) with
+// [broker.DurationBuckets], the messaging conventions' suggestion, and the
+// engine's (acemq.flow.step.duration, acemq.pipeline.run.duration) with
+// [engine.DurationBuckets], from 100 µs, since steps take microseconds. A
+// histogram whose instrument asked for none gets [engine.DurationBuckets]
+// rather than the SDK's defaults, which are for milliseconds.
 //
 // # Health
 //

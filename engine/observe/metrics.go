@@ -76,6 +76,17 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	exp, err := otelprom.New(
 		otelprom.WithRegisterer(reg),
 		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
+		// A histogram whose instrument chose no buckets gets the engine's
+		// (the SDK's default ones are for milliseconds); one that chose
+		// its own keeps them: the broker's messaging.* and acemq.*
+		// histograms the messaging conventions' buckets, the engine's its
+		// own.
+		otelprom.WithAggregationSelector(func(k sdkmetric.InstrumentKind) sdkmetric.Aggregation {
+			if k == sdkmetric.InstrumentKindHistogram {
+				return sdkmetric.AggregationExplicitBucketHistogram{Boundaries: engine.DurationBuckets()}
+			}
+			return sdkmetric.DefaultAggregationSelector(k)
+		}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("observe: prometheus exporter: %w", err)
@@ -88,16 +99,7 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 			return nil, fmt.Errorf("observe: runtime collectors: %w", err)
 		}
 	}
-	opts := []sdkmetric.Option{
-		sdkmetric.WithReader(exp),
-		// Every duration histogram on the same buckets, also those whose
-		// instrument chose none (the SDK's defaults are in milliseconds'
-		// range and cannot be summed with the others).
-		sdkmetric.WithView(sdkmetric.NewView(
-			sdkmetric.Instrument{Kind: sdkmetric.InstrumentKindHistogram, Unit: "s"},
-			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: broker.DurationBuckets()}},
-		)),
-	}
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
 	if cfg.Resource != nil {
 		opts = append(opts, sdkmetric.WithResource(cfg.Resource))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -142,7 +143,8 @@ func (s scraped) sample(t *testing.T, name string, want map[string]string) *dto.
 
 // TestMetricsServedAfterAFlowRan: the engine's, the core's and the
 // ladder's instruments are served under their Prometheus names with their
-// labels, and every duration histogram has broker.DurationBuckets.
+// labels; the engine's duration histograms have engine.DurationBuckets,
+// the broker's broker.DurationBuckets.
 func TestMetricsServedAfterAFlowRan(t *testing.T) {
 	t.Parallel()
 	s := runFlow(t)
@@ -194,47 +196,55 @@ func TestMetricsServedAfterAFlowRan(t *testing.T) {
 	require.Contains(t, s.families, "go_goroutines")
 	require.NotContains(t, s.body, "run_id")
 
-	// Every histogram in seconds has the shared buckets.
-	want := broker.DurationBuckets()
-	n := 0
-	for name, fam := range s.families {
-		if fam.GetType() != dto.MetricType_HISTOGRAM || !strings.HasSuffix(name, "_seconds") {
-			continue
-		}
-		for _, m := range fam.GetMetric() {
-			var got []float64
-			for _, b := range m.GetHistogram().GetBucket() {
+	// The engine's histograms start at 100 µs; the broker's keep the
+	// messaging conventions' buckets.
+	bounds := func(m *dto.Metric) []float64 {
+		var got []float64
+		for _, b := range m.GetHistogram().GetBucket() {
+			if !math.IsInf(b.GetUpperBound(), 1) {
 				got = append(got, b.GetUpperBound())
 			}
-			require.Equal(t, want, got[:len(want)], name)
-			n++
 		}
+		return got
 	}
-	require.Positive(t, n)
+	for _, m := range []*dto.Metric{step, s.sample(t, "acemq_pipeline_run_duration_seconds", map[string]string{"pipeline": s.flow})} {
+		require.Equal(t, engine.DurationBuckets(), bounds(m))
+		require.Equal(t, 0.0001, bounds(m)[0])
+	}
+	for _, m := range []*dto.Metric{
+		s.sample(t, "messaging_process_duration_seconds", map[string]string{"messaging_destination_name": ship}),
+		s.sample(t, "acemq_consume_duration_seconds", map[string]string{"queue": ship, "outcome": "accepted"}),
+	} {
+		require.Equal(t, broker.DurationBuckets(), bounds(m))
+	}
 }
 
-// TestHistogramsInSecondsGetTheSharedBuckets: a histogram whose
-// instrument asked for no buckets (as patterns' acemq.pipeline.run.duration
-// does) is still served with broker.DurationBuckets.
-func TestHistogramsInSecondsGetTheSharedBuckets(t *testing.T) {
+// TestHistogramsWithoutBucketsGetTheEngines: a histogram whose instrument
+// asked for no buckets is served with engine.DurationBuckets rather than
+// the SDK's defaults (in milliseconds' range); one that asked for its own
+// keeps them.
+func TestHistogramsWithoutBucketsGetTheEngines(t *testing.T) {
 	t.Parallel()
 	m, err := observe.NewMetrics(observe.MetricsConfig{WithoutRuntime: true})
 	require.NoError(t, err)
-	h, err := m.MeterProvider().Meter("test").Float64Histogram("test.wait.duration", otelmetric.WithUnit("s"))
+	meter := m.MeterProvider().Meter("test")
+	h, err := meter.Float64Histogram("test.wait.duration", otelmetric.WithUnit("s"))
 	require.NoError(t, err)
 	h.Record(context.Background(), 0.3)
+	own, err := meter.Float64Histogram("test.own.duration", otelmetric.WithUnit("s"), otelmetric.WithExplicitBucketBoundaries(1, 2))
+	require.NoError(t, err)
+	own.Record(context.Background(), 0.3)
 	fams, err := m.Gatherer().Gather()
 	require.NoError(t, err)
-	var bounds []float64
+	bounds := map[string][]float64{}
 	for _, f := range fams {
-		if f.GetName() == "test_wait_duration_seconds" {
-			for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
-				bounds = append(bounds, b.GetUpperBound())
-			}
+		for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+			bounds[f.GetName()] = append(bounds[f.GetName()], b.GetUpperBound())
 		}
 		require.NotContains(t, f.GetName(), "go_", "WithoutRuntime leaves the runtime out")
 	}
-	require.Equal(t, broker.DurationBuckets(), bounds)
+	require.Equal(t, engine.DurationBuckets(), bounds["test_wait_duration_seconds"])
+	require.Equal(t, []float64{1, 2}, bounds["test_own_duration_seconds"])
 }
 
 // TestReadyz: /readyz is 503 with the failing check's reason while any

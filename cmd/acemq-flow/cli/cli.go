@@ -140,7 +140,7 @@ func run(ctx context.Context, name string, env lookupEnv, flows []*dsl.FlowDef, 
 	root.SetErr(s.err)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(s.err, "%s: %v\n", root.Name(), err)
-		return 1
+		return exitStatus(err)
 	}
 	return 0
 }

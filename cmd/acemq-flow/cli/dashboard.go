@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -90,6 +92,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer closeDashboard(cmd.Context(), h, &err)
 			announceDashboard(cmd, ln, token)
 			return serveDashboard(cmd.Context(), ln, h)
 		},
@@ -106,6 +109,18 @@ func (a *app) dashboardCommand() *cobra.Command {
 // addDashboardAddrFlag registers --addr on cmd.
 func addDashboardAddrFlag(cmd *cobra.Command, addr *string) {
 	cmd.Flags().StringVar(addr, "addr", DefaultDashboardAddr, "address the dashboard listens on (0.0.0.0:8080: every interface; port 0 picks a free one)")
+}
+
+// dashboardCloseTimeout bounds stopping a dashboard's group replay, which
+// stops between two messages.
+const dashboardCloseTimeout = 10 * time.Second
+
+// closeDashboard stops the dashboard's group replay before the engine it
+// replays with is closed, adding a failure to *err.
+func closeDashboard(ctx context.Context, d *dashboard.Dashboard, err *error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dashboardCloseTimeout)
+	defer cancel()
+	*err = errors.Join(*err, d.Close(ctx))
 }
 
 // serveDashboard serves h on ln until ctx ends, naming the flag in its

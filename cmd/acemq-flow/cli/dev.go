@@ -68,6 +68,7 @@ func (a *app) devCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer closeDashboard(cmd.Context(), h, &err)
 			ctx := cmd.Context()
 			return obs.run(ctx, s, func(started func(*engine.Worker)) error {
 				serveCtx, stop := context.WithCancel(ctx)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/broker/loopback"
+	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
@@ -165,7 +166,12 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	for _, b := range step.GetHistogram().GetBucket() {
 		bounds = append(bounds, b.GetUpperBound())
 	}
-	require.Equal(t, broker.DurationBuckets(), bounds[:len(bounds)-1])
+	require.Equal(t, engine.DurationBuckets(), bounds[:len(bounds)-1], "from 100 µs")
+	// Runs started by another process (`acemq-flow start`) are counted by
+	// the worker that took them up.
+	for _, flow := range []string{ok, doomed} {
+		require.Equal(t, 1.0, sampleOf(t, fams, "acemq_flow_runs_started_total", map[string]string{"flow": flow}).GetCounter().GetValue(), flow)
+	}
 	require.Equal(t, 0.0, sampleOf(t, fams, metricStepsActive, map[string]string{"flow": ok, "step": "ship"}).GetGauge().GetValue())
 	require.Equal(t, "dead_letter", labels(sampleOf(t, fams, metricQueueDepth, map[string]string{"queue": doomed + ".charge.dlq"}))["role"])
 	// The connection's instruments: the same MeterProvider.

@@ -21,8 +21,11 @@ func (a *app) replayCommand() *cobra.Command {
 			"Without a run id, replay many failed runs chosen from the journal (needs a database):\n" +
 			"  --flow F --status failed [--since 24h] [--where EXPR] [--limit N] [--rate 100/s] [--dry-run]\n" +
 			"EXPR is an expr-lang condition on run (run_id, flow, step, error, attempt, started_at) and\n" +
-			"payload (the run's input): 'run.step == \"ship\" && payload.amount_cents > 1000'. A terminal\n" +
-			"shows a progress bar; Ctrl-C stops between messages and reports what was done.\n\n" + runIDHelp,
+			"payload (the run's input): 'run.step == \"ship\" && payload.amount_cents > 1000', checked\n" +
+			"against --flow's input type before anything is read (a condition on payload needs --flow).\n" +
+			"--limit N replays at most N of the runs EXPR accepts, the newest. A terminal shows a progress\n" +
+			"bar with the time left; Ctrl-C stops between messages, reports what was done and exits with\n" +
+			"status 130.\n\n" + runIDHelp,
 		verb: "replayed",
 		move: (*engine.Engine).Replay,
 		bulk: a.bulkReplay,

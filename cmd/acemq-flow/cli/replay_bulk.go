@@ -1,9 +1,9 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -31,8 +31,8 @@ func (f *bulkFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.flow, "flow", "", "replay failed runs of this flow")
 	fs.StringVar(&f.status, "status", "", "the status of the runs to replay: failed (the only one a replay applies to)")
 	fs.Var(&f.since, "since", "only runs started this long ago or later (24h), or since a time (RFC 3339)")
-	fs.StringVar(&f.where, "where", "", "an expr-lang condition on run and payload")
-	fs.IntVar(&f.limit, "limit", 100, "at most this many runs")
+	fs.StringVar(&f.where, "where", "", "an expr-lang condition on run and payload, checked against --flow's input type before anything is read (payload needs --flow)")
+	fs.IntVar(&f.limit, "limit", 100, "at most this many runs, of those --where accepts (the journal is read, newest first, until it has them)")
 	fs.StringVar(&f.rate, "rate", "", "at most this many replays a second (100/s, or 100)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print what would be replayed, and move nothing")
 }
@@ -71,8 +71,9 @@ func parseRate(s string) (float64, error) {
 }
 
 // bulkReplay replays the failed runs f chooses: a progress bar on a
-// terminal, a summary at the end (one JSON document with -o json), and on
-// Ctrl-C what was done so far.
+// terminal once the runs are chosen (their number and the time left), a
+// summary at the end (one JSON document with -o json), and on Ctrl-C what
+// was done so far, then ErrInterrupted (exit status ExitInterrupted).
 func (a *app) bulkReplay(cmd *cobra.Command, s *session, f bulkFlags, output outputFormat) error {
 	if !s.shared {
 		return fmt.Errorf("replay: %w", errors.New("choosing failed runs needs the run journal every worker writes: give "+databaseFlag))
@@ -84,23 +85,45 @@ func (a *app) bulkReplay(cmd *cobra.Command, s *session, f bulkFlags, output out
 	req := engine.BulkReplay{Flow: f.flow, Since: f.since.since(time.Now()), Where: f.where, Limit: f.limit, Rate: rate, DryRun: f.dryRun}
 	var bar *progressbar.ProgressBar
 	if output != outputJSON && !f.dryRun && isTerminal(cmd) {
-		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionSetDescription("replaying"),
-			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("runs"),
-			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		// A spinner while the journal is read, then a bar of the runs
+		// chosen.
+		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionSetDescription("choosing runs"),
+			progressbar.OptionShowCount(), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		choosing := true
+		req.Selected = func(r engine.BulkResult) {
+			_ = bar.Finish()
+			bar, choosing = newReplayBar(cmd.ErrOrStderr(), r.Matched), false
+		}
 		req.Progress = func(r engine.BulkResult) {
-			bar.Describe(fmt.Sprintf("replaying (%d skipped, %d not found)", r.Skipped, len(r.NotFound)))
-			_ = bar.Set(len(r.Replayed))
+			if choosing {
+				bar.Describe(fmt.Sprintf("choosing runs (%d skipped by --where)", r.Skipped))
+				_ = bar.Set(r.Selected)
+				return
+			}
+			if len(r.NotFound) > 0 {
+				bar.Describe(fmt.Sprintf("replaying (%d not found)", len(r.NotFound)))
+			}
+			_ = bar.Set(len(r.Replayed) + len(r.NotFound))
 		}
 	}
 	res, err := s.eng.ReplayBulk(cmd.Context(), req)
 	if bar != nil {
-		_ = bar.Finish()
+		if res.Interrupted {
+			// Left as it stood, on a line of its own.
+			_ = bar.Exit()
+			fmt.Fprintln(cmd.ErrOrStderr())
+		} else {
+			_ = bar.Finish()
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
 	if output == outputJSON {
-		return writeJSON(cmd.OutOrStdout(), res)
+		if err := writeJSON(cmd.OutOrStdout(), res); err != nil {
+			return err
+		}
+		return interrupted(res)
 	}
 	w := cmd.OutOrStdout()
 	if f.dryRun {
@@ -109,7 +132,7 @@ func (a *app) bulkReplay(cmd *cobra.Command, s *session, f bulkFlags, output out
 		for _, id := range res.Replayed {
 			fmt.Fprintln(w, id)
 		}
-		return nil
+		return interrupted(res)
 	}
 	state := "done"
 	if res.Interrupted {
@@ -120,10 +143,26 @@ func (a *app) bulkReplay(cmd *cobra.Command, s *session, f bulkFlags, output out
 	for _, id := range res.NotFound {
 		fmt.Fprintf(w, "not found: %s\n", id)
 	}
-	if res.Interrupted {
-		return fmt.Errorf("replay: %w", context.Canceled)
+	return interrupted(res)
+}
+
+// interrupted is ErrInterrupted, saying what was done, when the replay was
+// stopped part way (its summary already written).
+func interrupted(res engine.BulkResult) error {
+	if !res.Interrupted {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("replay: %w before it finished: %d of %d chosen runs replayed, the rest not touched",
+		ErrInterrupted, len(res.Replayed), res.Matched)
+}
+
+// newReplayBar is the progress bar of a bulk replay of total runs, on w:
+// runs done of the total, the rate, the time taken and the time left.
+func newReplayBar(w io.Writer, total int) *progressbar.ProgressBar {
+	return progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("replaying"),
+		progressbar.OptionSetWidth(20), progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("runs"),
+		progressbar.OptionSetPredictTime(true), progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 }
 
 // isTerminal reports whether the command's stderr is a terminal.

@@ -47,22 +47,34 @@ type hist struct {
 	counts []float64
 }
 
-// add adds o's counts to h's. Histograms on other bounds cannot be added
-// bucket by bucket: add reports false and leaves h as it was (every
-// worker uses broker.DurationBuckets, so that means a worker of another
-// version).
-func (h *hist) add(o hist) bool {
+// add adds o's counts to h's. Histograms on other bounds (workers of two
+// versions: the engine's step buckets started at 5 ms before 100 µs) are
+// added on the bounds both have, where each one's cumulative count is
+// exact: coarser, and every worker still counts.
+func (h *hist) add(o hist) {
 	if h.bounds == nil {
 		h.bounds, h.counts = o.bounds, slices.Clone(o.counts)
-		return true
+		return
 	}
-	if !slices.Equal(h.bounds, o.bounds) {
-		return false
+	if slices.Equal(h.bounds, o.bounds) {
+		for i, c := range o.counts {
+			h.counts[i] += c
+		}
+		return
 	}
-	for i, c := range o.counts {
-		h.counts[i] += c
+	var bounds, counts []float64
+	for i, j := 0, 0; i < len(h.bounds) && j < len(o.bounds); {
+		switch {
+		case h.bounds[i] < o.bounds[j]:
+			i++
+		case h.bounds[i] > o.bounds[j]:
+			j++
+		default:
+			bounds, counts = append(bounds, h.bounds[i]), append(counts, h.counts[i]+o.counts[j])
+			i, j = i+1, j+1
+		}
 	}
-	return true
+	h.bounds, h.counts = bounds, counts
 }
 
 // total is how many observations h holds.
@@ -136,9 +148,8 @@ func parseSnapshot(r io.Reader, at time.Time) (snapshot, error) {
 		active: map[stepKey]float64{}, dlq: map[string]deadLetters{}}
 	addHist := func(k stepKey, m *dto.Metric) {
 		h := s.durations[k]
-		if h.add(histOf(m.GetHistogram())) {
-			s.durations[k] = h
-		}
+		h.add(histOf(m.GetHistogram()))
+		s.durations[k] = h
 	}
 	for _, m := range fams[metricRuns].GetMetric() {
 		l := labels(m)

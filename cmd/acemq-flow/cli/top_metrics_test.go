@@ -11,6 +11,8 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/engine"
 )
 
 // exposition is /metrics as a worker serves it, cut down: two outcomes of
@@ -75,6 +77,17 @@ func TestParseSnapshot(t *testing.T) {
 func TestQuantile(t *testing.T) {
 	t.Parallel()
 	inf := math.Inf(1)
+	micro := hist{bounds: append(engine.DurationBuckets(), inf)}
+	for _, b := range micro.bounds {
+		switch {
+		case b >= 0.0005:
+			micro.counts = append(micro.counts, 100)
+		case b >= 0.00025:
+			micro.counts = append(micro.counts, 90)
+		default:
+			micro.counts = append(micro.counts, 0)
+		}
+	}
 	h := hist{bounds: []float64{1, 2, 4, inf}, counts: []float64{10, 20, 40, 40}}
 	for _, tc := range []struct {
 		name string
@@ -87,6 +100,10 @@ func TestQuantile(t *testing.T) {
 		{"interpolated", h, 0.99, 2 + 2*19.6/20},
 		{"beyond the last finite bound", hist{bounds: []float64{1, 2, 4, inf}, counts: []float64{0, 0, 0, 10}}, 0.5, 4},
 		{"empty buckets below", hist{bounds: []float64{1, 2, 4, inf}, counts: []float64{0, 0, 8, 8}}, 0.5, 3},
+		// Steps of 100-250 µs and a few of up to 500 µs, on the engine's
+		// buckets.
+		{"the engine's buckets, median", micro, 0.5, 0.0001 + 0.00015*50.0/90},
+		{"the engine's buckets, p99", micro, 0.99, 0.00025 + 0.00025*9.0/10},
 	} {
 		require.InDelta(t, tc.want, tc.h.quantile(tc.q), 1e-9, tc.name)
 	}
@@ -95,16 +112,26 @@ func TestQuantile(t *testing.T) {
 	require.True(t, math.IsNaN(hist{bounds: []float64{inf}, counts: []float64{5}}.quantile(0.5)), "no finite bound")
 }
 
+// TestHistAdd: histograms on the same bounds add bucket by bucket; on
+// other bounds (a worker of another version) on the bounds both have.
 func TestHistAdd(t *testing.T) {
 	t.Parallel()
 	inf := math.Inf(1)
 	var h hist
-	require.True(t, h.add(hist{bounds: []float64{1, inf}, counts: []float64{1, 2}}))
-	require.True(t, h.add(hist{bounds: []float64{1, inf}, counts: []float64{3, 5}}))
-	require.Equal(t, []float64{4, 7}, h.counts)
-	require.False(t, h.add(hist{bounds: []float64{2, inf}, counts: []float64{9, 9}}), "other bounds")
+	h.add(hist{bounds: []float64{1, inf}, counts: []float64{1, 2}})
+	h.add(hist{bounds: []float64{1, inf}, counts: []float64{3, 5}})
 	require.Equal(t, []float64{4, 7}, h.counts)
 	require.Equal(t, 7.0, h.total())
+
+	// The engine's step buckets before (from 5 ms) and now (from 100 µs).
+	old := hist{bounds: []float64{0.005, 0.01, 0.075, 1, inf}, counts: []float64{6, 8, 9, 10, 10}}
+	now := hist{bounds: []float64{0.0001, 0.00025, 0.005, 0.01, 0.05, 1, inf}, counts: []float64{1, 3, 4, 5, 5, 6, 6}}
+	h = hist{}
+	h.add(now)
+	h.add(old)
+	require.Equal(t, hist{bounds: []float64{0.005, 0.01, 1, inf}, counts: []float64{10, 13, 16, 16}}, h)
+	require.Equal(t, 16.0, h.total(), "every observation of both counts")
+	require.Equal(t, []float64{1, 3, 4, 5, 5, 6, 6}, now.counts, "what was added is left as it was")
 }
 
 func TestIncrease(t *testing.T) {

@@ -6,14 +6,15 @@
 //
 // The connection and global flags have an environment fallback, ACEMQ_
 // followed by the flag's name in upper case with dashes as underscores
-// (--url is ACEMQ_URL): --url, --database-url, --ladder, --log-level and
-// the --broker-* TLS files, and dashboard's --token (ACEMQ_DASHBOARD_TOKEN);
-// a flag given on the command line wins. Every other flag (--limit,
+// (--url is ACEMQ_URL): --url, --database-url, --ladder, --log-level, the
+// --broker-* TLS files and topology apply's --management-url, and
+// dashboard's --token (ACEMQ_DASHBOARD_TOKEN); a flag given on the command
+// line wins. Every other flag (--limit,
 // --run-id, --status, --output, ...) is per call and read from the
 // command line only, so that an exported variable never changes every
 // command with a flag of that name. Data goes to standard output (one
 // JSON document with --output json), logs and errors to standard error, and
-// a failed command exits with status 1. A command that needs a broker
+// a failed command exits with status 1 (130 when Ctrl-C interrupted it). A command that needs a broker
 // refuses to run without --url (ErrNoBroker): on an in-process broker of
 // its own, what it published would be gone when it exits. --url memory://
 // asks for that in-process broker; demo and dev run on one unasked.
@@ -67,14 +68,15 @@ const envPrefix = "ACEMQ_"
 
 // envFlags are the flags that can also be set from the environment (see
 // envName): the connection (the broker, TLS to it, its scheduler ladder,
-// the database) and the log level, which mean the same to every command.
+// its management API, the database) and the log level, which mean the
+// same to every command.
 // Every other flag is per call and comes from the command line only: a
 // variable named after one (ACEMQ_RUN_ID, ACEMQ_LIMIT) would change every
 // command with a flag of that name. A flag of one command may have a
 // fallback of its own, or none although it is named like one of these,
 // through envAnnotation.
 var envFlags = []string{"url", "database-url", "ladder", "log-level",
-	"broker-ca-file", "broker-cert-file", "broker-key-file", "broker-server-name"}
+	"broker-ca-file", "broker-cert-file", "broker-key-file", "broker-server-name", "management-url"}
 
 // lookupEnv reads one environment variable; os.LookupEnv outside tests.
 type lookupEnv func(key string) (string, bool)
@@ -181,7 +183,8 @@ func newRoot(name string, env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 			"--database-url (ACEMQ_DATABASE_URL), --ladder (ACEMQ_LADDER), --log-level (ACEMQ_LOG_LEVEL),\n" +
 			"--broker-ca-file, --broker-cert-file, --broker-key-file and --broker-server-name\n" +
 			"(ACEMQ_BROKER_CA_FILE, ACEMQ_BROKER_CERT_FILE, ACEMQ_BROKER_KEY_FILE, ACEMQ_BROKER_SERVER_NAME),\n" +
-			"and dashboard's --token (ACEMQ_DASHBOARD_TOKEN); a flag on the command line wins. Every other\n" +
+			"topology apply's --management-url (ACEMQ_MANAGEMENT_URL) and dashboard's --token\n" +
+			"(ACEMQ_DASHBOARD_TOKEN); a flag on the command line wins. Every other\n" +
 			"flag (--limit, --run-id, --status, --output, ...) is read from the command line only.",
 		SilenceUsage:      true,
 		SilenceErrors:     true,

@@ -20,7 +20,7 @@ var envFallbacks = map[string]string{
 	"url": "ACEMQ_URL", "database-url": "ACEMQ_DATABASE_URL", "ladder": "ACEMQ_LADDER", "log-level": "ACEMQ_LOG_LEVEL",
 	"broker-ca-file": "ACEMQ_BROKER_CA_FILE", "broker-cert-file": "ACEMQ_BROKER_CERT_FILE",
 	"broker-key-file": "ACEMQ_BROKER_KEY_FILE", "broker-server-name": "ACEMQ_BROKER_SERVER_NAME",
-	"token": "ACEMQ_DASHBOARD_TOKEN",
+	"management-url": "ACEMQ_MANAGEMENT_URL", "token": "ACEMQ_DASHBOARD_TOKEN",
 }
 
 // envExceptions are flags of one command that share a name with one of

@@ -403,6 +403,28 @@ func TestOperatorCommandsOnRabbitMQAndPostgreSQL(t *testing.T) {
 	fx.waitStatus(held, journal.Failed, 15*time.Second)
 	fx.waitStatus(later.RunID, journal.Completed, 15*time.Second)
 
+	// Starting is idempotent on the run id: the completed run is printed,
+	// not started again, unless --again says so.
+	r = fx.run("start", fx.flow("orders"), "--payload", `{"id":"ok","amount":99}`, "--run-id", ok)
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, ok+"\n", r.stdout)
+	require.Contains(t, r.stderr, "run "+ok+" of "+fx.flow("orders")+" exists (completed): nothing started")
+	var existing engine.Started
+	fx.runJSON(&existing, "start", fx.flow("orders"), "--payload", `{"id":"ok","amount":99}`, "--run-id", ok)
+	require.True(t, existing.Existing)
+	require.Equal(t, journal.Completed, existing.Status)
+	r = fx.run("start", fx.flow("orders"), "--payload", `{"id":"ok","amount":6}`, "--again")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "--again starts a run again: give its --run-id")
+	r = fx.run("start", fx.flow("orders"), "--payload", `{"id":"ok","amount":6}`, "--run-id", ok, "--again")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stderr, "run "+ok+" of "+fx.flow("orders")+" started again (replay 1)")
+	require.Eventually(t, func() bool {
+		var again shownRun
+		r := fx.run("runs", "show", ok, "-o", "json")
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &again) == nil && again.Status == journal.Completed && again.Replays == 1
+	}, 15*time.Second, 100*time.Millisecond, "the run started again completes")
+
 	// runs list: JSON, filters, the table.
 	var runs []map[string]any
 	fx.runJSON(&runs, "runs", "list")
@@ -461,6 +483,16 @@ func TestOperatorCommandsOnRabbitMQAndPostgreSQL(t *testing.T) {
 	r = fx.run("compensate", held)
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "compensate: run cannot be compensated: run "+held)
+
+	// A run held for replay whose hold is cancelled is compensated now.
+	another := fx.start("held", fmt.Sprintf(`{"id":"another","amount":5,"fail_while":%q}`, heldDown))
+	fx.waitStatus(another, journal.Failed, 15*time.Second)
+	r = fx.run("schedule", "cancel", another)
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "run "+another+" of "+fx.flow("held")+": its hold for a replay (due ")
+	require.Contains(t, r.stdout, "is cancelled: it is being compensated now")
+	fx.waitStatus(another, journal.Compensated, 15*time.Second)
+	fx.h.WaitDepth(fx.flow("held")+".charge.dlq", 0, 10*time.Second)
 }
 
 // TestOperatorCommandsWithoutADatabase: with RabbitMQ and no database the

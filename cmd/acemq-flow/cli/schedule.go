@@ -164,9 +164,10 @@ func (a *app) scheduleCancelCommand() *cobra.Command {
 		Use:   "cancel <run-id>",
 		Short: "Cancel what a run waits for: a delayed start, a delay, or the hold of a failed run",
 		Long: "Cancel what a run waits for on the ladder: when its message comes due, the worker drops it\n" +
-			"(acknowledged, recorded in the run's timeline) instead of running the step; the hold of a\n" +
-			"failed run ends without compensating it. The run's status becomes cancelled. A run that\n" +
-			"waits for nothing (already delivered) is refused. Needs the workers' database.\n\n" + runIDHelp,
+			"(acknowledged, recorded in the run's timeline) instead of running the step, and the run's\n" +
+			"status becomes cancelled. Cancelling the hold of a failed run (HoldForReplay) compensates it\n" +
+			"now, as compensate does: the wait for a replay ends, and what the run did is undone. A run\n" +
+			"that waits for nothing (already delivered) is refused. Needs the workers' database.\n\n" + runIDHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			if len(a.flows) == 0 {
@@ -190,6 +191,11 @@ func (a *app) scheduleCancelCommand() *cobra.Command {
 			}
 			if output == outputJSON {
 				return writeJSON(cmd.OutOrStdout(), c)
+			}
+			if c.Compensating {
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s: its hold for a replay (due %s) is cancelled: it is being compensated now\n",
+					c.RunID, c.Flow, c.DueAt.Local().Format(time.DateTime))
+				return err
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "run %s of %s cancelled: its %s due %s will not happen\n",
 				c.RunID, c.Flow, c.Kind, c.DueAt.Local().Format(time.DateTime))

@@ -21,6 +21,7 @@ func (a *app) startCommand() *cobra.Command {
 		output  outputFormat
 		payload string
 		runID   string
+		again   bool
 		in      time.Duration
 		at      timeFlag
 	)
@@ -29,8 +30,11 @@ func (a *app) startCommand() *cobra.Command {
 		Short: "Start a run of a flow and print its run id",
 		Long: "Start a run of the flow with the JSON payload (--payload -: read it from stdin), now or\n" +
 			"later (--in, --at: the run waits on the scheduler ladder), and print its run id. A payload\n" +
-			"that does not fit the flow's input type is refused before anything is published. Starting\n" +
-			"twice with the same --run-id is one run.",
+			"that does not fit the flow's input type is refused before anything is published.\n\n" +
+			"Starting is idempotent on --run-id: a start under the id of a run that exists prints that\n" +
+			"run (its status on stderr, existing and status with -o json), publishes nothing and exits 0.\n" +
+			"--again starts a run that has finished again, as its next replay: every step anew, on the\n" +
+			"payload given, recorded in its timeline; a run still in flight is refused.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			flow := args[0]
@@ -42,7 +46,7 @@ func (a *app) startCommand() *cobra.Command {
 				return fmt.Errorf("start: %w", err)
 			}
 			fi := infos[0]
-			opts, err := startOptions(runID, in, at.t)
+			opts, err := startOptions(runID, again, in, at.t)
 			if err != nil {
 				return fmt.Errorf("start %s: %w", flow, err)
 			}
@@ -69,6 +73,13 @@ func (a *app) startCommand() *cobra.Command {
 			if output == outputJSON {
 				return writeJSON(cmd.OutOrStdout(), started)
 			}
+			switch {
+			case started.Existing:
+				fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s exists (%s): nothing started (--again starts a finished run again)\n",
+					started.RunID, started.Flow, started.Status)
+			case started.Replays > 0:
+				fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s started again (replay %d)\n", started.RunID, started.Flow, started.Replays)
+			}
 			if !started.DueAt.IsZero() {
 				fmt.Fprintf(cmd.ErrOrStderr(), "run %s of %s waits until %s\n", started.RunID, started.Flow, localTime(started.DueAt, time.RFC3339))
 			}
@@ -79,18 +90,26 @@ func (a *app) startCommand() *cobra.Command {
 	bf.add(cmd)
 	addOutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&payload, "payload", "", "the run's input as JSON, or - to read it from stdin")
-	cmd.Flags().StringVar(&runID, "run-id", "", "start the run under this id instead of a new one (starting twice with one id is one run)")
+	cmd.Flags().StringVar(&runID, "run-id", "", "start the run under this id instead of a new one (a start under the id of a run that exists prints that run)")
+	cmd.Flags().BoolVar(&again, "again", false, "with --run-id: start a run that has finished again, every step anew")
 	cmd.Flags().DurationVar(&in, "in", 0, "start the run after this long (30m, 2h) instead of now")
 	cmd.Flags().Var(&at, "at", "start the run at this time (RFC 3339: 2026-12-24T09:00:00Z) instead of now")
 	return cmd
 }
 
 // startOptions turns the flags of start into engine options: at most one
-// of in and at (a zero value is not given), and in not negative.
-func startOptions(runID string, in time.Duration, at time.Time) ([]engine.StartOption, error) {
+// of in and at (a zero value is not given), in not negative, and again
+// only with a run id.
+func startOptions(runID string, again bool, in time.Duration, at time.Time) ([]engine.StartOption, error) {
 	var opts []engine.StartOption
 	if runID != "" {
 		opts = append(opts, engine.RunID(runID))
+	}
+	if again {
+		if runID == "" {
+			return nil, errors.New("--again starts a run again: give its --run-id")
+		}
+		opts = append(opts, engine.StartAgain())
 	}
 	switch {
 	case in != 0 && !at.IsZero():

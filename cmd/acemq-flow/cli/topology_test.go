@@ -175,12 +175,12 @@ func TestTopologyApplyPolicyThroughTheManagementAPI(t *testing.T) {
 // declared.
 func TestTopologyApplyManagementURLRefusals(t *testing.T) {
 	t.Parallel()
-	r := execute(t, nil, "topology", "apply", "-o", "json")
+	r := execute(t, nil, "topology", "apply", "--url", "memory://", "-o", "json")
 	require.Zero(t, r.code, r.stderr)
 	require.Nil(t, decodeApplied(t, r.stdout).Policy)
 	require.NotContains(t, r.stderr, "policy")
 
-	r = execute(t, nil, "topology", "apply", "--management-url", "http://127.0.0.1:15672/")
+	r = execute(t, nil, "topology", "apply", "--url", "memory://", "--management-url", "http://127.0.0.1:15672/")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "--management-url (ACEMQ_MANAGEMENT_URL) names RabbitMQ's management API, but the broker is not RabbitMQ")
 

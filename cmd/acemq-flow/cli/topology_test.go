@@ -88,11 +88,15 @@ func TestTopologyApplyOnRabbitMQ(t *testing.T) {
 // Where the management API refuses or does not answer, topology apply
 // still succeeds (the ladder is declared), says the policy was not set and
 // why, and prints the rabbitmqctl command that sets it, in text and in
-// JSON. Against a stand-in of the API, on the broker's default virtual
-// host: nothing is set there.
+// JSON. Against a stand-in of the API, in a virtual host of the test's own:
+// should the stand-in not be asked, the policy lands there, not on every
+// queue of the default virtual host other tests share.
 func TestTopologyApplyPolicyThroughTheManagementAPI(t *testing.T) {
 	t.Parallel()
-	amqpURL := testenv.RabbitURL(t)
+	amqpURL := testenv.VHost(t)
+	u, err := url.Parse(amqpURL)
+	require.NoError(t, err)
+	vhost := strings.TrimPrefix(u.Path, "/")
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 	for name, tc := range map[string]struct {
@@ -103,7 +107,7 @@ func TestTopologyApplyPolicyThroughTheManagementAPI(t *testing.T) {
 		// says is on stderr, error in the JSON.
 		says, error string
 	}{
-		"answered": {status: http.StatusCreated, says: "set policy acemq-delivery-limit in vhost / through "},
+		"answered": {status: http.StatusCreated, says: "set policy acemq-delivery-limit in vhost " + vhost + " through "},
 		"refused (401)": {status: http.StatusUnauthorized, body: `{"error":"not_authorized","reason":"Login failed"}`,
 			says: "the delivery-limit policy was NOT set: ", error: "answered 401 Unauthorized: not_authorized: Login failed"},
 		"not listening": {down: true, says: "the delivery-limit policy was NOT set: ", error: "the management API does not answer"},
@@ -127,7 +131,7 @@ func TestTopologyApplyPolicyThroughTheManagementAPI(t *testing.T) {
 				api = srv.URL + "/"
 			}
 			p := broker.DeliveryLimitPolicy(ladder)
-			command := `rabbitmqctl set_policy -p '/' --apply-to queues --priority 0 'acemq-delivery-limit' '` + p.Pattern + `' '{"delivery-limit":20}'`
+			command := `rabbitmqctl set_policy -p '` + vhost + `' --apply-to queues --priority 0 'acemq-delivery-limit' '` + p.Pattern + `' '{"delivery-limit":20}'`
 
 			r := execute(t, map[string]string{"ACEMQ_URL": amqpURL, "ACEMQ_MANAGEMENT_URL": api}, "topology", "apply", "--ladder", ladder)
 			require.Zero(t, r.code, r.stderr)
@@ -148,7 +152,7 @@ func TestTopologyApplyPolicyThroughTheManagementAPI(t *testing.T) {
 				got := <-puts
 				pattern, err := json.Marshal(p.Pattern)
 				require.NoError(t, err)
-				require.Equal(t, "PUT /api/policies/%2F/acemq-delivery-limit guest:guest "+
+				require.Equal(t, "PUT /api/policies/"+url.PathEscape(vhost)+"/acemq-delivery-limit guest:guest "+
 					`{"pattern":`+string(pattern)+`,"apply-to":"queues","priority":0,"definition":{"delivery-limit":20}}`, got)
 			}
 
@@ -158,7 +162,7 @@ func TestTopologyApplyPolicyThroughTheManagementAPI(t *testing.T) {
 			require.NotNil(t, v.Policy)
 			require.Equal(t, tc.error == "", v.Policy.Set)
 			require.Equal(t, api, v.Policy.ManagementURL)
-			require.Equal(t, "/", v.Policy.VHost)
+			require.Equal(t, vhost, v.Policy.VHost)
 			require.Equal(t, command, v.Policy.Command)
 			if tc.error != "" {
 				require.Contains(t, v.Policy.Error, tc.error)

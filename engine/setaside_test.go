@@ -19,9 +19,10 @@ import (
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
-// inject publishes body to step of the fixture's flow as a foreign AceMQ
-// service would: the run id, a route of the given steps at position 0, and
-// extra headers (which may replace those).
+// inject publishes body to a step of the fixture's flow as a foreign
+// AceMQ service would: the run id, a route of the given steps at position
+// 0, and extra headers (which may replace those; the message goes to the
+// step at the position they give).
 func (fx *fixture) inject(run string, route []string, body []byte, extra transport.Table) {
 	fx.t.Helper()
 	steps := make([]any, len(route))
@@ -32,8 +33,12 @@ func (fx *fixture) inject(run string, route []string, body []byte, extra transpo
 	for k, v := range extra {
 		h[k] = v
 	}
+	to := route[0]
+	if pos, ok := h[broker.HeaderRoutePosition].(int64); ok && int(pos) < len(route) {
+		to = route[pos]
+	}
 	require.NoError(fx.t, fx.conn.Transport().Publish(brokertest.Ctx(fx.t), transport.Publishing{
-		Exchange: fx.name, RoutingKey: route[0], Mandatory: true,
+		Exchange: fx.name, RoutingKey: to, Mandatory: true,
 		Message: transport.Message{MessageID: broker.NewID(), ContentType: broker.ContentTypeJSON, Timestamp: time.Now(), Headers: h, Body: body},
 	}))
 }
@@ -180,5 +185,36 @@ func TestDeliveryLimitGivesUpAndJournals(t *testing.T) {
 			return err == nil && r.Status == journal.Failed && strings.Contains(r.Error, engine.ErrDeliveryLimit.Error()) &&
 				r.DeadLetter == name+".charge"+broker.DeadLetterSuffix
 		}, 10*time.Second, 20*time.Millisecond, "the run is failed in the journal")
+	})
+}
+
+// TestGivenUpBeforeItsHandlerIsCompensated: a message the consumer gives
+// up before the step's handler sees it (its attempts already spent) still
+// has its run compensated, and, the compensation having the run, its copy
+// is taken out of the dead-letter queue again.
+func TestGivenUpBeforeItsHandlerIsCompensated(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", appendStep(ef, "charge")).Compensate(func(ctx context.Context, o Order) error {
+				m, _ := broker.Handling(ctx)
+				require.Equal(t, "o-spent", o.ID, "the compensation gets what the step returned")
+				ef.add(m.RunID, "undo-charge")
+				return nil
+			}),
+			dsl.Step("ship", appendStep(ef, "ship")).Retry(broker.Constant(3, 0))))
+		fx.work()
+		run := fx.name + "-spent"
+		fx.inject(run, []string{"charge", "ship"}, []byte(`{"id":"o-spent"}`), transport.Table{
+			broker.HeaderRoutePosition: int64(1), broker.HeaderAttempt: int64(9),
+			engine.HeaderRun: `{"compensate":[{"step":"charge","data":{"id":"o-spent","amount":0}}]}`,
+		})
+		r := fx.waitStatus(run, journal.Compensated, 15*time.Second)
+		require.Equal(t, "charge", r.Step)
+		require.Contains(t, fx.outcomes(run), "step:ship:failed")
+		require.Equal(t, 1, ef.get(run, "undo-charge"))
+		require.Zero(t, ef.get(run, "ship"), "given up before it ran")
+		h.WaitDepth(fx.name+".ship"+broker.DeadLetterSuffix, 0, 10*time.Second)
 	})
 }

@@ -45,6 +45,7 @@ type Ack struct {
 	err     error
 	delay   time.Duration
 	label   string
+	note    any
 }
 
 // Accept acknowledges the message: it was handled.
@@ -93,3 +94,17 @@ func (a Ack) As(label string) Ack {
 
 // Label is the outcome label the ack is reported under ("" for the default).
 func (a Ack) Label() string { return a.label }
+
+// With attaches v, something of the handler's own about the delivery, to
+// the ack: the consumer hands it, untouched, to the BeforeSettle function
+// (in the ack that function gets) and to the settle hook
+// (Settlement.Note), so that what the handler found out reaches them
+// without a map keyed by the message. It changes nothing the consumer
+// does.
+func (a Ack) With(v any) Ack {
+	a.note = v
+	return a
+}
+
+// Note is what With attached, or nil.
+func (a Ack) Note() any { return a.note }

@@ -267,7 +267,7 @@ func (k *Consumer) beforeSettle(ctx context.Context, m *Message, ack Ack) Ack {
 // finish settles a handled delivery as ack says, ends its span and reports
 // it.
 func (k *Consumer) finish(ctx context.Context, span trace.Span, d *transport.Delivery, m *Message, ack Ack, s *Settlement) {
-	s.HandlerRan, s.Err, s.Label = true, ack.err, ack.label
+	s.HandlerRan, s.Err, s.Label, s.Note = true, ack.err, ack.label, ack.note
 	k.settle(d, m, ack, s)
 	label := s.Outcome
 	if s.Label != "" && s.Outcome != OutcomeLabelUnsettled && s.Outcome != OutcomeLabelSkipped {

@@ -163,6 +163,9 @@ type Settlement struct {
 	// HandlerRan is false when the delivery was parked or given up before
 	// its handler was called (unreadable, or its retries already spent).
 	HandlerRan bool
+	// Note is what the handler (or the BeforeSettle function) attached to
+	// its Ack with Ack.With; nil when it attached nothing or never ran.
+	Note any
 	// Err is the handler's reason (Retry, Reject), or why the delivery was
 	// set aside before the handler ran; nil for an accept.
 	Err error

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,4 +101,51 @@ func TestOnSettleRefusesNil(t *testing.T) {
 	defer conn.Close(context.Background())
 	_, err = conn.Consume(context.Background(), "q", broker.Func(func(context.Context, *broker.Message) error { return nil }), broker.OnSettle(nil))
 	require.ErrorIs(t, err, broker.ErrInvalidOption)
+}
+
+// TestAckNoteReachesBothHooks: what a handler attaches to its ack (With)
+// reaches the BeforeSettle function, in the ack it gets, and the settle
+// hook, in the Settlement, untouched: as does what the BeforeSettle
+// function attaches to the ack it returns; nothing is attached to a
+// delivery the handler never saw.
+func TestAckNoteReachesBothHooks(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		conn := h.Open(broker.Config{})
+		q := h.Queue("note")
+		type seen struct{ before, after any }
+		notes := make(chan seen, 4)
+		var mu sync.Mutex
+		var before any
+		_, err := conn.Consume(ctx, q, func(_ context.Context, m *broker.Message) broker.Ack {
+			if m.Type == "retry" {
+				return broker.Retry(errors.New("again")).With("handler's " + m.ID)
+			}
+			return broker.Accept().With("handler's " + m.ID)
+		}, broker.WithRetry(broker.NoRetry()),
+			broker.BeforeSettle(func(_ context.Context, m *broker.Message, ack broker.Ack) broker.Ack {
+				mu.Lock()
+				before = ack.Note()
+				mu.Unlock()
+				if m.Type == "retry" {
+					return ack
+				}
+				return ack.With("before-settle's " + m.ID)
+			}),
+			broker.OnSettle(func(_ context.Context, s broker.Settlement) {
+				mu.Lock()
+				defer mu.Unlock()
+				notes <- seen{before, s.Note}
+				before = nil
+			}))
+		require.NoError(t, err)
+		require.NoError(t, conn.Publish(ctx, "x", broker.To(q), broker.MessageID("m-1")))
+		require.Equal(t, seen{"handler's m-1", "before-settle's m-1"}, brokertest.Next(t, notes, 10*time.Second))
+		require.NoError(t, conn.Publish(ctx, "x", broker.To(q), broker.MessageID("m-2"), broker.Type("retry")))
+		require.Equal(t, seen{"handler's m-2", "handler's m-2"}, brokertest.Next(t, notes, 10*time.Second), "a dead letter carries the note too")
+		require.NoError(t, h.Admin.Transport().Publish(ctx, transport.Publishing{RoutingKey: q, Message: transport.Message{
+			MessageID: "m-3", ContentType: "application/x-unknown", Body: []byte("?"),
+		}}))
+		require.Equal(t, seen{nil, nil}, brokertest.Next(t, notes, 10*time.Second), "parked unread: nothing attached")
+	})
 }

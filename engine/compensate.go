@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -138,20 +137,22 @@ func (c encoded) Decode([]byte, any) error {
 
 // compRunner works the compensation queue of one step.
 type compRunner struct {
-	e        *Engine
-	f        *flow
-	spec     dsl.StepSpec
-	policy   broker.RetryPolicy
-	queue    string
-	attempts sync.Map // *broker.Message -> *compAttempt
+	e      *Engine
+	f      *flow
+	spec   dsl.StepSpec
+	policy broker.RetryPolicy
+	queue  string
 	// tidy takes a run's message out of a dead-letter queue once its held
 	// compensation starts (the worker's tidier).
 	tidy func(queue, runID string)
 }
 
+// compAttempt is one delivery of a compensation, as its handler saw it:
+// what its BeforeSettle function and its settle hook read (from the Ack's
+// note).
 type compAttempt struct {
 	recording
-	cs     compState
+	d      delivery
 	result string
 	last   bool
 }
@@ -165,149 +166,109 @@ func newCompRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *c
 // step that completed before it. As a step's, what it came to is recorded
 // before the broker hears of it (written).
 func (c *compRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
-	a := &compAttempt{result: compMalformed, recording: recording{start: time.Now()}}
-	c.attempts.Store(m, a)
-	ack := c.decide(ctx, m, a)
-	switch a.result {
-	case compDone, compSuperseded, compResent:
-		a.expect = broker.OutcomeLabelAccepted
-	}
-	return ack
+	a := &compAttempt{d: readCompensation(m), result: compMalformed, recording: recording{start: time.Now()}}
+	return noted(c.decide(ctx, a), a)
 }
 
-// written is the compensation consumer's broker.BeforeSettle
-// (Engine.written).
-func (c *compRunner) written(ctx context.Context, m *broker.Message, ack broker.Ack) broker.Ack {
-	v, ok := c.attempts.Load(m)
-	if !ok {
-		return ack
-	}
-	a := v.(*compAttempt)
-	return c.e.written(ctx, m, &a.recording, c.f.name, c.spec.Name, ack, func() []journal.Event {
-		if e, ok := c.event(ctx, m, a, a.settlement(c.queue, m)); ok {
-			return []journal.Event{e}
-		}
-		return nil
-	})
+func (a *compAttempt) accepting() bool {
+	return a.result == compDone || a.result == compSuperseded || a.result == compResent
 }
 
-func (c *compRunner) decide(ctx context.Context, m *broker.Message, a *compAttempt) broker.Ack {
-	found, err := readJSONHeader(m.Headers, HeaderCompensation, &a.cs)
-	if !found || err != nil || !journal.Text(m.RunID) || m.RunID == "" {
-		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensation of %q: no readable %s and run id (%v)", c.f.name, c.spec.Name, HeaderCompensation, err)))
+func (c *compRunner) decide(ctx context.Context, a *compAttempt) broker.Ack {
+	d := &a.d
+	if d.err != nil {
+		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensation of %q: %w", c.f.name, c.spec.Name, d.err)))
 	}
 	a.result = compRetrying
-	a.last = len(a.cs.Remaining) == 0
-	if err := c.e.overDeliveryLimit(m); err != nil {
-		return c.failed(ctx, m, "", a, broker.Fatal(err))
+	a.last = len(d.comp.Remaining) == 0
+	if err := c.e.overDeliveryLimit(d); err != nil {
+		return c.failed(ctx, a, broker.Fatal(err))
 	}
-	if a.cs.Held && a.cs.K == 0 {
-		if stale, err := c.e.superseded(ctx, m.RunID, a.cs.Replays); err != nil {
+	held := d.comp.Held && d.comp.K == 0
+	if held {
+		if stale, err := c.e.superseded(ctx, d.m.RunID, d.comp.Replays); err != nil {
 			return broker.Retry(err)
 		} else if stale {
 			a.result = compSuperseded
 			return broker.Accept()
 		}
 	}
-	key := fmt.Sprintf("%s/compensate/%d/%d/%s", m.RunID, a.cs.Replays, a.cs.K, c.spec.Name)
-	claim, err := c.e.store.Claim(ctx, key)
-	if err != nil {
-		return broker.Retry(fmt.Errorf("idempotency: claim %q: %w", key, err))
-	}
-	switch claim {
-	case patterns.ClaimClaimed:
-	case patterns.ClaimDuplicate:
-		return c.duplicate(ctx, key, a)
-	default:
-		a.result = compBusy
-		return broker.InProgress(c.e.cfg.InProgressDelay)
-	}
-	if a.cs.Held && a.cs.K == 0 {
-		// The hold ended without a replay: the failed message kept for one
-		// no longer needs a person.
-		c.tidy(c.f.queue(a.cs.Failed)+broker.DeadLetterSuffix, m.RunID)
-	}
-	var (
-		k               kept
-		compErr, giveUp error
-	)
-	if c.spec.Transactional {
-		err := c.e.store.(patterns.TxStore).CompleteInTx(ctx, key, func(ctx context.Context) ([]byte, error) {
-			if k, compErr, giveUp = c.work(ctx, m, a); compErr != nil || giveUp != nil {
-				return nil, errRollBack
+	key := fmt.Sprintf("%s/compensate/%d/%d/%s", d.m.RunID, d.comp.Replays, d.comp.K, c.spec.Name)
+	var compErr error
+	done := patterns.Run(ctx, c.e.once, patterns.Unit[kept]{
+		Key: key, InTx: c.spec.Transactional,
+		Do: func(ctx context.Context) (kept, error) {
+			if held {
+				// The hold ended without a replay: the failed message kept for
+				// one no longer needs a person.
+				c.tidy(c.f.queue(d.comp.Failed)+broker.DeadLetterSuffix, d.m.RunID)
 			}
-			return k.encode()
-		})
-		switch {
-		case compErr != nil || giveUp != nil:
-		case errors.Is(err, patterns.ErrClaimLost):
-			a.result = compBusy
-			return broker.InProgress(c.e.cfg.InProgressDelay)
-		case err != nil:
-			c.e.forget(ctx, key)
-			return broker.Retry(&patterns.StepError{Step: compensateKey + "." + c.spec.Name, Err: fmt.Errorf("transaction: %w", err)})
-		}
-	} else {
-		k, compErr, giveUp = c.work(ctx, m, a)
-		if compErr == nil && giveUp == nil {
-			c.e.keep(ctx, key, k)
-		}
+			var k kept
+			k, compErr = c.work(ctx, a)
+			return k, compErr
+		},
+		Encode: kept.encode,
+		Decode: decodeKept,
+		CarryOut: func(ctx context.Context, k kept) error {
+			return c.e.carryOut(ctx, compensateKey+"."+c.spec.Name, d.m.RunID, k)
+		},
+	})
+	if ack, settled := c.e.unsettled(done, func() { a.result = compBusy }); settled {
+		return ack
 	}
 	switch {
-	case compErr != nil:
-		return c.failed(ctx, m, key, a, compErr)
-	case giveUp != nil:
-		c.e.forget(ctx, key)
-		return broker.Reject(giveUp)
+	case done.Failed && compErr != nil:
+		var he *patterns.HopError
+		if errors.As(compErr, &he) {
+			return broker.Reject(compErr)
+		}
+		return c.failed(ctx, a, compErr)
+	case done.Failed:
+		return broker.Retry(&patterns.StepError{Step: compensateKey + "." + c.spec.Name, Err: done.Err})
+	case !done.Kept:
+		a.result = compDuplicate
+		return broker.Accept().As(patterns.IdempotencyOutcomeDuplicate)
+	case done.Err != nil && unsendable(done.Err):
+		return broker.Reject(broker.Fatal(done.Err))
+	case done.Err != nil:
+		return broker.Retry(done.Err)
 	}
-	return c.carryOut(ctx, key, a, k, compDone)
+	a.result, a.confirm = compDone, key
+	if done.Resent {
+		a.result = compResent
+	}
+	return broker.Accept()
 }
 
 // work undoes the step and works out the message for the compensation
-// after it, when there is one.
-func (c *compRunner) work(ctx context.Context, m *broker.Message, a *compAttempt) (k kept, compErr, giveUp error) {
+// after it, when there is one. Its error is the compensation's own
+// failure, or a *patterns.HopError: the next compensation's message could
+// not be built.
+func (c *compRunner) work(ctx context.Context, a *compAttempt) (kept, error) {
 	c.e.metrics.active(ctx, c.f.name, compensateKey+"."+c.spec.Name, 1)
-	err := c.spec.Compensate(ctx, decoder(m))
+	err := c.spec.Compensate(ctx, decoder(a.d.m))
 	c.e.metrics.active(ctx, c.f.name, compensateKey+"."+c.spec.Name, -1)
 	if err != nil {
-		return kept{}, err, nil
+		return kept{}, err
 	}
 	if a.last {
-		return keptOf(keptDone, hop{}, broker.Outgoing{}), nil, nil
+		return keptOf(keptDone, hop{}, broker.Outgoing{}), nil
 	}
-	out, ok, err := c.next(ctx, m, a)
+	out, ok, err := c.next(ctx, a)
 	switch {
 	case err != nil:
-		return kept{}, nil, &patterns.HopError{Step: compensateKey + "." + c.spec.Name, Err: broker.Fatal(err)}
+		return kept{}, &patterns.HopError{Step: compensateKey + "." + c.spec.Name, Err: broker.Fatal(err)}
 	case !ok:
-		return keptOf(keptDone, hop{}, broker.Outgoing{}), nil, nil
+		return keptOf(keptDone, hop{}, broker.Outgoing{}), nil
 	}
-	return keptOf(keptHop, hop{}, out), nil, nil
-}
-
-// carryOut sends the next compensation, when there is one, and has the
-// key confirmed once the event is recorded; result is what the handler
-// did, once that is done.
-func (c *compRunner) carryOut(ctx context.Context, key string, a *compAttempt, k kept, result string) broker.Ack {
-	if k.kind == keptHop {
-		if err := c.e.send(ctx, compensateKey+"."+c.spec.Name, k); err != nil {
-			if unsendable(err) {
-				return broker.Reject(broker.Fatal(err))
-			}
-			return broker.Retry(err)
-		}
-	}
-	a.result, a.confirm = result, key
-	return broker.Accept()
+	return keptOf(keptHop, hop{}, out), nil
 }
 
 // failed retries a compensation that failed, or gives it up: the step is
 // then unresolved, and the compensations before it still run, because
-// stopping would leave more undone. key is "" when nothing was claimed.
-func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, a *compAttempt, err error) broker.Ack {
-	if key != "" {
-		c.e.forget(ctx, key)
-	}
+// stopping would leave more undone. Its key, if it had one, was let go.
+func (c *compRunner) failed(ctx context.Context, a *compAttempt, err error) broker.Ack {
+	m := a.d.m
 	var fatal *broker.FatalError
 	serr := &patterns.StepError{Step: compensateKey + "." + c.spec.Name, Err: err}
 	a.err = serr
@@ -317,9 +278,9 @@ func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, 
 		return broker.Retry(serr)
 	}
 	a.result = compGivenUp
-	a.cs.Unresolved = append(a.cs.Unresolved, c.spec.Name)
+	a.d.comp.Unresolved = append(a.d.comp.Unresolved, c.spec.Name)
 	if !a.last {
-		out, ok, nerr := c.next(ctx, m, a)
+		out, ok, nerr := c.next(ctx, a)
 		if nerr == nil && ok {
 			nerr = c.e.conn.Send(ctx, out)
 		}
@@ -328,7 +289,7 @@ func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, 
 			// unchanged, and try again.
 			c.e.log.Warn("the next compensation could not be sent; this one will be tried again",
 				slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.Any("error", nerr))
-			a.result, a.cs.Unresolved = compBusy, a.cs.Unresolved[:len(a.cs.Unresolved)-1]
+			a.result, a.d.comp.Unresolved = compBusy, a.d.comp.Unresolved[:len(a.d.comp.Unresolved)-1]
 			return broker.InProgress(c.e.cfg.InProgressDelay)
 		}
 	}
@@ -340,33 +301,17 @@ func (c *compRunner) failed(ctx context.Context, m *broker.Message, key string, 
 
 // next is the message for the compensation after a's, carrying a's state on
 // with this one counted; ok is false when none of those left can be
-// compensated, which makes a's the run's last (a.cs.Unresolved then lists
-// them too).
-func (c *compRunner) next(ctx context.Context, m *broker.Message, a *compAttempt) (broker.Outgoing, bool, error) {
-	cs := a.cs
+// compensated, which makes a's the run's last (its state's Unresolved then
+// lists them too).
+func (c *compRunner) next(ctx context.Context, a *compAttempt) (broker.Outgoing, bool, error) {
+	cs := a.d.comp
 	cs.K++
 	cs.Held = false
-	out, cs, ok, err := c.e.nextCompensation(ctx, c.f, m, cs.Remaining, cs)
+	out, cs, ok, err := c.e.nextCompensation(ctx, c.f, a.d.m, cs.Remaining, cs)
 	if err == nil && !ok {
-		a.last, a.cs.Unresolved = true, cs.Unresolved
+		a.last, a.d.comp.Unresolved = true, cs.Unresolved
 	}
 	return out, ok, err
-}
-
-func (c *compRunner) duplicate(ctx context.Context, key string, a *compAttempt) broker.Ack {
-	res, ok, err := c.e.store.Result(ctx, key)
-	if err != nil {
-		return broker.Retry(fmt.Errorf("idempotency: result of %q: %w", key, err))
-	}
-	if !ok {
-		a.result = compDuplicate
-		return broker.Accept().As(patterns.IdempotencyOutcomeDuplicate)
-	}
-	k, err := decodeKept(res)
-	if err != nil {
-		return broker.Reject(broker.Fatal(err))
-	}
-	return c.carryOut(ctx, key, a, k, compResent)
 }
 
 // entryBody is the payload entry's compensation gets: what it carries, or
@@ -380,7 +325,7 @@ func (e *Engine) entryBody(ctx context.Context, runID string, entry compEntry) (
 		return nil, fmt.Errorf("%w: step %q's result is kept in a journal under %q, and this engine's journal (%T) keeps no data",
 			journal.ErrDataNotFound, entry.Step, entry.Ref, e.journal)
 	}
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, patterns.DefaultStoreTimeout)
 	defer cancel()
 	b, err := e.data.Data(ctx, runID, entry.Ref)
 	if err != nil {
@@ -405,46 +350,37 @@ func (e *Engine) superseded(ctx context.Context, runID string, replays int) (boo
 }
 
 // nowRunner works <flow>.compensate: a failed run's message moved there by
-// Compensate, whose compensations start now.
+// Compensate, whose compensations start now. What it did travels with its
+// Ack (compStarted, compNothing, compGivenUp) to its settle hook.
 type nowRunner struct {
-	e        *Engine
-	f        *flow
-	attempts sync.Map // *broker.Message -> string
+	e *Engine
+	f *flow
 }
 
 func (n *nowRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
-	var st runState
-	if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err != nil || m.RunID == "" {
-		n.attempts.Store(m, compMalformed)
-		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensate now: %s and run id unreadable (%v)", n.f.name, HeaderRun, err)))
+	d := readStep(m)
+	if d.err != nil {
+		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensate now: %w", n.f.name, d.err))).With(compMalformed)
 	}
-	if len(st.Compensate) == 0 {
-		n.attempts.Store(m, compNothing)
-		return broker.Accept()
-	}
-	failed := ""
-	if route, pos, _, err := position(m); err == nil {
-		failed = route[pos]
+	if len(d.state.Compensate) == 0 {
+		return broker.Accept().With(compNothing)
 	}
 	// Moving the message here stamped it as a replay; the run's own count
 	// is one less.
 	h := m.Headers.Clone()
-	h[broker.HeaderReplayCount] = int64(max(replays(m.Headers)-1, 0))
+	h[broker.HeaderReplayCount] = int64(max(d.replays-1, 0))
 	moved := *m
 	moved.Headers = h
 	reason := "compensated on request"
 	if run, err := n.e.journal.Run(ctx, m.RunID); err == nil && run.Error != "" {
 		reason = run.Error
 	}
-	kind, _, err := n.e.startCompensation(ctx, n.f, &moved, st, nil, failed, reason, 0)
-	if err != nil {
-		n.attempts.Store(m, compBusy)
-		return broker.Retry(err)
+	kind, _, err := n.e.startCompensation(ctx, n.f, &moved, d.state, nil, d.step(), reason, 0)
+	switch {
+	case err != nil:
+		return broker.Retry(err).With(compBusy)
+	case kind == compensationUnresolved:
+		return broker.Accept().With(compGivenUp)
 	}
-	if kind == compensationUnresolved {
-		n.attempts.Store(m, compGivenUp)
-		return broker.Accept()
-	}
-	n.attempts.Store(m, compStarted)
-	return broker.Accept()
+	return broker.Accept().With(compStarted)
 }

@@ -106,9 +106,12 @@ type Engine struct {
 	log     *slog.Logger
 	journal journal.Journal
 	// data is the journal as a keeper of run data, nil when it is not one.
-	data    journal.DataStore
-	writer  *journal.Writer
-	store   patterns.ResultStore
+	data   journal.DataStore
+	writer *journal.Writer
+	store  patterns.ResultStore
+	// once runs every unit that must happen once (a step, a compensation)
+	// on store.
+	once    *patterns.Once
 	metrics *metrics
 	tracer  trace.Tracer
 
@@ -190,9 +193,13 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	once, err := patterns.NewOnce(cfg.Store, patterns.OnceConfig{Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	data, _ := cfg.Journal.(journal.DataStore)
 	return &Engine{
-		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, data: data, writer: w, store: cfg.Store,
+		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, data: data, writer: w, store: cfg.Store, once: once,
 		metrics: m, tracer: cfg.TracerProvider.Tracer(instrumentation), flows: map[string]*flow{},
 	}, nil
 }
@@ -235,7 +242,7 @@ func (e *Engine) Register(flows ...*dsl.FlowDef) error {
 // canRun refuses to work a flow with a Transactional step unless the
 // store can run it. Starting its runs needs no such store.
 func (e *Engine) canRun(f *flow) error {
-	if _, ok := e.store.(patterns.TxStore); ok {
+	if e.once.Transactional() {
 		return nil
 	}
 	for _, s := range f.steps {

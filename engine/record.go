@@ -17,7 +17,7 @@ func (e *Engine) record(ctx context.Context, events ...journal.Event) {
 	if len(events) == 0 {
 		return
 	}
-	if err := e.writer.Record(withoutCancel(ctx), events...); err != nil {
+	if err := e.writer.Record(context.WithoutCancel(ctx), events...); err != nil {
 		e.log.Error("journal events not recorded", slog.Int("events", len(events)), slog.String("run_id", events[0].RunID), slog.Any("error", err))
 	}
 }
@@ -34,34 +34,30 @@ func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 		r.e.recordUnread(ctx, r.f, r.spec.Name, r.queue, r.f.index[r.spec.Name]+1, s)
 		return
 	}
-	var a *attempt
-	if v, ok := r.attempts.LoadAndDelete(m); ok {
-		a = v.(*attempt)
-	}
+	a, _ := s.Note.(*stepAttempt)
 	if m.RunID == "" || a != nil && a.expect == s.Outcome {
 		return
 	}
 	if a == nil {
 		// Given up (or parked) before the handler ran.
-		a = &attempt{replays: replays(m.Headers), result: resultFailed}
-		a.route, a.pos, _, _ = position(m)
+		a = &stepAttempt{d: readStep(m), result: resultFailed}
 	}
 	if a.compensation == compensationNone && s.Outcome == broker.OutcomeLabelDeadLettered {
-		r.compensateUnexpected(ctx, m, a, s)
+		r.compensateUnexpected(ctx, a, s)
 	}
-	r.e.record(ctx, r.events(ctx, m, a, s)...)
+	r.e.record(ctx, r.outcome(ctx, a, s)...)
 }
 
 // compensateUnexpected starts the compensation of a run whose message the
 // consumer gave up where the handler did not expect it. Begun now, the
 // compensation has the run, and the message the consumer already moved to
 // the dead-letter queue is taken out of it again.
-func (r *stepRunner) compensateUnexpected(ctx context.Context, m *broker.Message, a *attempt, s broker.Settlement) {
-	var st runState
-	if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err != nil || len(st.Compensate) == 0 {
+func (r *stepRunner) compensateUnexpected(ctx context.Context, a *stepAttempt, s broker.Settlement) {
+	if a.d.err != nil || len(a.d.state.Compensate) == 0 {
 		return
 	}
-	kind, until, err := r.e.startCompensation(ctx, r.f, m, st, nil, r.spec.Name, s.Reason, r.f.hold)
+	m := a.d.m
+	kind, until, err := r.e.startCompensation(ctx, r.f, m, a.d.state, nil, r.spec.Name, s.Reason, r.f.hold)
 	if err != nil {
 		r.e.log.Error("a failed run's compensation could not be started; run acemq-flow compensate on it",
 			slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", err))
@@ -103,17 +99,43 @@ func (e *Engine) recordUnread(ctx context.Context, f *flow, step, queue string, 
 	e.record(ctx, ev)
 }
 
+// outcome is the journal events of one delivery of a step, a the handler's
+// view of it and s what the consumer did with it (or will do), with the
+// run's metrics counted for it.
+func (r *stepRunner) outcome(ctx context.Context, a *stepAttempt, s broker.Settlement) []journal.Event {
+	events := r.events(a, s, time.Now())
+	for _, e := range events {
+		if e.Kind != journal.KindStep && e.Kind != journal.KindHandOff {
+			continue
+		}
+		m := a.d.m
+		switch e.Status {
+		case journal.Completed:
+			r.e.metrics.left(ctx, r.f.name, e.RunStep, RunCompleted, time.Since(m.FirstSeen))
+		case journal.Ended:
+			r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunEndedEarly, time.Since(m.FirstSeen))
+		case journal.Failed, journal.Compensating, journal.Unresolved:
+			if e.Kind == journal.KindStep && e.Step == r.spec.Name {
+				r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunFailed, time.Since(m.FirstSeen))
+			}
+		}
+	}
+	return events
+}
+
 // events are the journal events of one delivery of a step, a the
-// handler's view of it and s what the consumer did with it (or will do).
-func (r *stepRunner) events(ctx context.Context, m *broker.Message, a *attempt, s broker.Settlement) []journal.Event {
-	now := time.Now()
+// handler's view of it and s what the consumer did with it (or will do),
+// at now.
+func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) []journal.Event {
+	d := &a.d
+	m := d.m
 	base := journal.Event{
 		RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: r.spec.Name, Attempt: m.Attempt,
-		StartedAt: s.Started, EndedAt: now, Queue: r.queue, Replays: a.replays, RunStep: r.spec.Name,
-		Seq: journal.Seq(a.replays, a.pos+1, m.Attempt, 2), Key: fmt.Sprintf("step/%d/%d/%d", a.replays, a.pos, m.Attempt),
+		StartedAt: s.Started, EndedAt: now, Queue: r.queue, Replays: d.replays, RunStep: r.spec.Name,
+		Seq: journal.Seq(d.replays, d.pos+1, m.Attempt, 2), Key: fmt.Sprintf("step/%d/%d/%d", d.replays, d.pos, m.Attempt),
 	}
 	var events []journal.Event
-	if _, ok := m.Headers[HeaderStarted]; ok {
+	if d.outbox {
 		// Started in a transaction (StartTx): nobody recorded its start.
 		start := journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStart, Outcome: "started (outbox)",
 			StartedAt: m.FirstSeen, EndedAt: m.FirstSeen, Status: journal.Running, RunStep: r.spec.Name,
@@ -123,32 +145,36 @@ func (r *stepRunner) events(ctx context.Context, m *broker.Message, a *attempt, 
 		}
 		events = append(events, start)
 	}
-	if a.pos > 0 && a.pos < len(a.route) && r.f.external(a.route[a.pos-1]) {
+	if d.pos > 0 && d.pos < len(d.route) && r.f.external(d.route[d.pos-1]) {
 		// The run came back from a step another service served.
-		prev := a.route[a.pos-1]
+		prev := d.route[d.pos-1]
 		events = append(events, journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: prev,
 			Outcome: "completed", StartedAt: m.Timestamp, EndedAt: m.Timestamp, Queue: r.f.queue(prev),
-			Seq: journal.Seq(a.replays, a.pos, 0, 3), Key: fmt.Sprintf("external/%d/%d", a.replays, a.pos-1)})
+			Seq: journal.Seq(d.replays, d.pos, 0, 3), Key: fmt.Sprintf("external/%d/%d", d.replays, d.pos-1)})
 	}
 	switch s.Outcome {
 	case broker.OutcomeLabelAccepted:
 		switch a.result {
 		case resultCancelled:
 			base.Kind, base.Outcome, base.Status = journal.KindCancel, "dropped: the run was cancelled while it waited", ""
-			base.Key = fmt.Sprintf("dropped/%d/%d", a.replays, a.pos)
+			base.Key = fmt.Sprintf("dropped/%d/%d", d.replays, d.pos)
 			events = append(events, base)
 		case resultCompensating:
-			events = append(events, r.givenUp(ctx, m, a, base, s))
+			events = append(events, r.givenUp(a, base, s))
 		default:
-			events = append(events, r.accepted(ctx, m, a, base, now)...)
+			events = append(events, r.accepted(a, base, now)...)
 		}
 	case broker.OutcomeLabelRetried:
 		base.Outcome, base.Status, base.Error = "retried", journal.Running, errText(s.Err)
+		if a.result == resultHopFailed {
+			// The step is done: only its next message is to be sent again.
+			base.Outcome = "hop failed"
+		}
 		due := now.Add(s.Delay)
 		base.DueAt = &due
 		events = append(events, base)
 	case broker.OutcomeLabelDeadLettered, broker.OutcomeLabelParked:
-		events = append(events, r.givenUp(ctx, m, a, base, s))
+		events = append(events, r.givenUp(a, base, s))
 	default:
 		// Put back or unsettled: it comes again, and is recorded then.
 		return nil
@@ -163,21 +189,20 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// accepted records a step that ran (or was passed on again): the run goes
-// on, waits, is handed to another service, or has ended.
-func (r *stepRunner) accepted(ctx context.Context, m *broker.Message, a *attempt, base journal.Event, now time.Time) []journal.Event {
+// accepted is the events of a step that ran (or was passed on again): the
+// run goes on, waits, is handed to another service, or has ended.
+func (r *stepRunner) accepted(a *stepAttempt, base journal.Event, now time.Time) []journal.Event {
+	d := &a.d
 	base.Outcome, base.Status = "completed", journal.Running
 	switch a.result {
 	case resultDuplicate:
 		return nil
 	case resultEnded:
 		base.Outcome, base.Status = "ended", journal.Ended
-		r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunEndedEarly, time.Since(m.FirstSeen))
 		return []journal.Event{base}
 	case resultDone:
 		base.Status = journal.Completed
-		r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunCompleted, time.Since(m.FirstSeen))
-		return append([]journal.Event{base}, r.skips(m, a, now)...)
+		return append([]journal.Event{base}, r.skips(a, now)...)
 	case resultResent:
 		base.RunStep = a.resentTo
 		if a.plan.due.After(now) {
@@ -185,48 +210,48 @@ func (r *stepRunner) accepted(ctx context.Context, m *broker.Message, a *attempt
 		}
 		return []journal.Event{base}
 	}
-	next := a.route[a.plan.next]
+	next := d.route[a.plan.next]
 	base.RunStep = next
-	events := append([]journal.Event{base}, r.skips(m, a, now)...)
+	events := append([]journal.Event{base}, r.skips(a, now)...)
 	stage := a.plan.next + 1
 	if !a.plan.due.IsZero() {
 		due := a.plan.due
-		events = append(events, journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindDelay, Step: next,
+		events = append(events, journal.Event{RunID: d.m.RunID, Flow: r.f.name, Kind: journal.KindDelay, Step: next,
 			Outcome: "waiting", StartedAt: now, EndedAt: now, DueAt: &due, Status: journal.Waiting, RunStep: next,
-			Replays: a.replays, Seq: journal.Seq(a.replays, stage, 0, 0), Key: fmt.Sprintf("delay/%d/%d", a.replays, a.plan.next)})
+			Replays: d.replays, Seq: journal.Seq(d.replays, stage, 0, 0), Key: fmt.Sprintf("delay/%d/%d", d.replays, a.plan.next)})
 	}
 	if r.f.external(next) {
 		// From here another service has the run: the engine only sees it
 		// again at the step after, if there is one.
-		h := journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindHandOff, Step: next,
+		h := journal.Event{RunID: d.m.RunID, Flow: r.f.name, Kind: journal.KindHandOff, Step: next,
 			Outcome: "handed off", StartedAt: now, EndedAt: now, Queue: r.f.queue(next), Status: journal.Running, RunStep: next,
-			Replays: a.replays, Seq: journal.Seq(a.replays, stage, 0, 1), Key: fmt.Sprintf("handoff/%d/%d", a.replays, a.plan.next)}
-		if a.plan.next == len(a.route)-1 {
+			Replays: d.replays, Seq: journal.Seq(d.replays, stage, 0, 1), Key: fmt.Sprintf("handoff/%d/%d", d.replays, a.plan.next)}
+		if a.plan.next == len(d.route)-1 {
 			h.Status = journal.Completed
-			r.e.metrics.left(ctx, r.f.name, next, RunCompleted, time.Since(m.FirstSeen))
 		}
 		events = append(events, h)
 	}
 	return events
 }
 
-// skips records the steps the hop jumped over.
-func (r *stepRunner) skips(m *broker.Message, a *attempt, now time.Time) []journal.Event {
+// skips are the events of the steps the hop jumped over.
+func (r *stepRunner) skips(a *stepAttempt, now time.Time) []journal.Event {
 	var out []journal.Event
 	for _, p := range a.plan.skipped {
-		out = append(out, journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindSkip, Step: a.route[p],
-			Outcome: "skipped", StartedAt: now, EndedAt: now, Queue: r.f.queue(a.route[p]),
-			Seq: journal.Seq(a.replays, p+1, 0, 1), Key: fmt.Sprintf("skip/%d/%d", a.replays, p)})
+		out = append(out, journal.Event{RunID: a.d.m.RunID, Flow: r.f.name, Kind: journal.KindSkip, Step: a.d.route[p],
+			Outcome: "skipped", StartedAt: now, EndedAt: now, Queue: r.f.queue(a.d.route[p]),
+			Seq: journal.Seq(a.d.replays, p+1, 0, 1), Key: fmt.Sprintf("skip/%d/%d", a.d.replays, p)})
 	}
 	return out
 }
 
 // givenUp is the event of a step given up for good: the run has failed,
 // and is being compensated (its message accepted, or, when the consumer
-// gave it up, in its dead-letter queue), held for a replay, unresolved (nothing it
-// did could be compensated), or just failed. s.Reason is the consumer's
-// reason when it set the message aside; a.reason the handler's otherwise.
-func (r *stepRunner) givenUp(ctx context.Context, m *broker.Message, a *attempt, base journal.Event, s broker.Settlement) journal.Event {
+// gave it up, in its dead-letter queue), held for a replay, unresolved
+// (nothing it did could be compensated), or just failed. s.Reason is the
+// consumer's reason when it set the message aside; a.reason the handler's
+// otherwise.
+func (r *stepRunner) givenUp(a *stepAttempt, base journal.Event, s broker.Settlement) journal.Event {
 	base.Outcome, base.Status, base.Error = "failed", journal.Failed, s.Reason
 	switch s.Outcome {
 	case broker.OutcomeLabelDeadLettered:
@@ -251,7 +276,6 @@ func (r *stepRunner) givenUp(ctx context.Context, m *broker.Message, a *attempt,
 		until := a.holdUntil
 		base.DueAt = &until
 	}
-	r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunFailed, time.Since(m.FirstSeen))
 	return base
 }
 
@@ -262,72 +286,81 @@ func (f *flow) external(name string) bool {
 }
 
 // settled records what became of one delivery of a compensation, unless
-// the handler recorded exactly that before it returned.
+// the handler recorded exactly that before it returned; one that could
+// not be read at all is still recorded against the run it names.
 func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
 	m := s.Message
 	if m == nil {
 		c.e.recordUnread(ctx, c.f, c.spec.Name, c.queue, journal.CompensationStage, s)
 		return
 	}
-	v, ok := c.attempts.LoadAndDelete(m)
-	if !ok || m.RunID == "" {
+	a, _ := s.Note.(*compAttempt)
+	if a == nil || m.RunID == "" || a.expect == s.Outcome {
 		return
 	}
-	a := v.(*compAttempt)
-	if a.expect == s.Outcome {
-		return
+	c.e.record(ctx, c.outcome(ctx, a, s)...)
+}
+
+// outcome is the journal event of one delivery of a compensation, with its
+// metric counted; none when there is nothing to record.
+func (c *compRunner) outcome(ctx context.Context, a *compAttempt, s broker.Settlement) []journal.Event {
+	e, ok := c.event(a, s, time.Now())
+	if !ok {
+		return nil
 	}
-	if e, ok := c.event(ctx, m, a, s); ok {
-		c.e.record(ctx, e)
+	switch {
+	case e.Outcome == "retried":
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "retried")
+	case e.Outcome == "compensation_failed":
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "unresolved")
+	case e.Outcome == "compensated":
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "compensated")
 	}
+	return []journal.Event{e}
 }
 
 // event is the journal event of one delivery of a compensation, a the
-// handler's view of it and s what the consumer did with it (or will do);
-// false when there is nothing to record.
-func (c *compRunner) event(ctx context.Context, m *broker.Message, a *compAttempt, s broker.Settlement) (journal.Event, bool) {
+// handler's view of it and s what the consumer did with it (or will do),
+// at now; false when there is nothing to record.
+func (c *compRunner) event(a *compAttempt, s broker.Settlement, now time.Time) (journal.Event, bool) {
 	if a.result == compDuplicate || a.result == compBusy {
 		return journal.Event{}, false
 	}
-	now := time.Now()
+	m, cs := a.d.m, &a.d.comp
 	if a.result == compMalformed {
 		// Without its state nothing says what is left to undo: the run is
 		// unresolved, as with a compensation given up.
 		if s.Outcome != broker.OutcomeLabelDeadLettered && s.Outcome != broker.OutcomeLabelParked {
 			return journal.Event{}, false
 		}
-		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "unresolved")
 		return journal.Event{RunID: m.RunID, Flow: c.f.name, Kind: journal.KindCompensation, Step: c.spec.Name,
 			Attempt: m.Attempt, StartedAt: s.Started, EndedAt: now, Queue: c.queue, RunStep: c.spec.Name,
-			Outcome: "compensation_failed", Error: s.Reason, Status: journal.Unresolved, Replays: replays(m.Headers),
-			DeadLetter: c.queue + broker.DeadLetterSuffix, Seq: journal.Seq(replays(m.Headers), journal.CompensationStage, m.Attempt, 2),
+			Outcome: "compensation_failed", Error: s.Reason, Status: journal.Unresolved, Replays: a.d.replays,
+			DeadLetter: c.queue + broker.DeadLetterSuffix, Seq: journal.Seq(a.d.replays, journal.CompensationStage, m.Attempt, 2),
 			Key: "unread/" + m.ID}, true
 	}
 	e := journal.Event{
 		RunID: m.RunID, Flow: c.f.name, Kind: journal.KindCompensation, Step: c.spec.Name, Attempt: m.Attempt,
-		StartedAt: s.Started, EndedAt: now, Queue: c.queue, Replays: a.cs.Replays, RunStep: c.spec.Name,
-		Error:   a.cs.Error,
-		Seq:     journal.Seq(a.cs.Replays, journal.CompensationStage+a.cs.K, m.Attempt, 2),
-		Key:     fmt.Sprintf("compensation/%d/%d/%d", a.cs.Replays, a.cs.K, m.Attempt),
+		StartedAt: s.Started, EndedAt: now, Queue: c.queue, Replays: cs.Replays, RunStep: c.spec.Name,
+		Error:   cs.Error,
+		Seq:     journal.Seq(cs.Replays, journal.CompensationStage+cs.K, m.Attempt, 2),
+		Key:     fmt.Sprintf("compensation/%d/%d/%d", cs.Replays, cs.K, m.Attempt),
 		Outcome: "compensated", Status: journal.Compensating,
 	}
-	unresolved := len(a.cs.Unresolved) > 0
+	unresolved := len(cs.Unresolved) > 0
 	switch {
 	case a.result == compSuperseded:
 		e.Outcome, e.Status = "not needed: the run was replayed or compensated meanwhile", ""
-		e.Error, e.Key = "", fmt.Sprintf("hold/%d", a.cs.Replays)
+		e.Error, e.Key = "", fmt.Sprintf("hold/%d", cs.Replays)
 	case s.Outcome == broker.OutcomeLabelRetried:
 		e.Outcome, e.Error = "retried", errText(s.Err)
 		due := now.Add(s.Delay)
 		e.DueAt = &due
-		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "retried")
 	case s.Outcome == broker.OutcomeLabelDeadLettered || s.Outcome == broker.OutcomeLabelParked:
 		e.Outcome, e.Error = "compensation_failed", s.Reason
 		e.DeadLetter = c.queue + broker.DeadLetterSuffix
 		unresolved = true
-		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "unresolved")
 	case s.Outcome == broker.OutcomeLabelAccepted:
-		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "compensated")
 	default:
 		return journal.Event{}, false
 	}
@@ -343,11 +376,8 @@ func (c *compRunner) event(ctx context.Context, m *broker.Message, a *compAttemp
 // settled records a compensate-now request.
 func (n *nowRunner) settled(ctx context.Context, s broker.Settlement) {
 	m := s.Message
-	if m == nil {
-		return
-	}
-	v, ok := n.attempts.LoadAndDelete(m)
-	if !ok || m.RunID == "" || s.Outcome != broker.OutcomeLabelAccepted {
+	result, _ := s.Note.(string)
+	if m == nil || m.RunID == "" || s.Outcome != broker.OutcomeLabelAccepted {
 		return
 	}
 	now := time.Now()
@@ -355,7 +385,7 @@ func (n *nowRunner) settled(ctx context.Context, s broker.Settlement) {
 	e := journal.Event{RunID: m.RunID, Flow: n.f.name, Kind: journal.KindCompensation, Outcome: "compensation started on request",
 		StartedAt: s.Started, EndedAt: now, Queue: n.f.compensateNowQueue(), Replays: r,
 		Seq: journal.Seq(r, journal.CompensationStage-1, 0, 0), Key: fmt.Sprintf("compensate-now/%d", r)}
-	switch v.(string) {
+	switch result {
 	case compStarted:
 		e.Status = journal.Compensating
 	case compNothing:

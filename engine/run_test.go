@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
 	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
@@ -303,6 +304,40 @@ func TestCompensationsRunAtTheStepsConcurrency(t *testing.T) {
 		}
 		for _, id := range ids {
 			fx.waitStatus(id, journal.Compensated, 20*time.Second)
+		}
+	})
+}
+
+// TestHopThatFailsIsRetriedNotTheStep: a step whose next message cannot be
+// routed (its queue unbound for a while) is not run again: its timeline
+// shows the hop failing, and the retry sends the message the step
+// produced, once the queue is bound again.
+func TestHopThatFailsIsRetriedNotTheStep(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", appendStep(ef, "charge")).Retry(broker.Constant(10, time.Second)),
+			dsl.Step("ship", appendStep(ef, "ship"))))
+		fx.work()
+		ctx := brokertest.Ctx(t)
+		ship := transport.Binding{Queue: fx.name + ".ship", Exchange: fx.name, Key: "ship"}
+		require.NoError(t, h.Admin.Transport().Unbind(ctx, ship))
+		run := fx.start(Order{ID: "o-hop"})
+		require.NoError(t, fx.eng.Flush(ctx))
+		require.Eventually(t, func() bool {
+			return slices.Contains(fx.outcomes(run), "step:charge:hop failed")
+		}, 10*time.Second, 20*time.Millisecond, "the failed hop is in the timeline as such: %v", fx.outcomes(run))
+		require.NoError(t, h.Admin.Declare(ctx, broker.Topology{Bindings: []broker.Binding{{Queue: ship.Queue, Exchange: ship.Exchange, Key: ship.Key}}}))
+		fx.waitStatus(run, journal.Completed, 15*time.Second)
+		require.Equal(t, 1, ef.get(run, "charge"), "the step ran once; its kept message was sent again")
+		require.Equal(t, 1, ef.get(run, "ship"))
+		tl, err := fx.eng.Journal().Timeline(ctx, run)
+		require.NoError(t, err)
+		for _, e := range tl {
+			if e.Outcome == "hop failed" {
+				require.Contains(t, e.Error, "ship", "it says where the message was going")
+			}
 		}
 	})
 }

@@ -5,7 +5,8 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
-	"time"
+
+	"github.com/acemq/acemq-flow/patterns"
 )
 
 // The most a run's headers carry of what its compensable steps returned:
@@ -18,11 +19,6 @@ const (
 	inlineResult = 4 << 10
 	inlineState  = 32 << 10
 )
-
-// storeTimeout bounds one call to the journal's data store or the
-// idempotency store made on a delivery's behalf: a store that does not
-// answer is an error the delivery is retried for, not a handler stuck.
-const storeTimeout = 10 * time.Second
 
 // spill keeps the newest entry of st (the step that just completed at
 // position pos) in the journal when it is too large to travel: it returns
@@ -63,7 +59,7 @@ func (e *Engine) putSpills(ctx context.Context, runID string, spills []spill) er
 	if e.data == nil {
 		return fmt.Errorf("keep %d compensation payloads of run %s: the journal (%T) keeps no data", len(spills), runID, e.journal)
 	}
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, patterns.DefaultStoreTimeout)
 	defer cancel()
 	for _, s := range spills {
 		if err := e.data.PutData(ctx, runID, s.key, s.data); err != nil {

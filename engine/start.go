@@ -116,7 +116,7 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 		// the run not started, and starts it.
 		now := time.Now()
 		n := p.res.Replays
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patterns.DefaultStoreTimeout)
 		defer cancel()
 		if rerr := e.writer.RecordSync(rctx, journal.Event{RunID: p.res.RunID, Flow: flowName, Kind: journal.KindStart, Outcome: "not started",
 			StartedAt: now, EndedAt: now, Error: err.Error(), Status: journal.Failed, RunStep: p.events[0].RunStep,

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,7 +21,7 @@ import (
 )
 
 // stepResult is what a step handler decided about a delivery, for the
-// settle hook that records it once the consumer has carried it out.
+// journal events recorded once the consumer carries it out.
 type stepResult uint8
 
 // The step handler's decisions.
@@ -36,6 +35,7 @@ const (
 	resultBusy                           // running elsewhere; put back
 	resultCancelled                      // cancelled while it waited; dropped
 	resultCompensating                   // given up; its compensation has the run, so the message was accepted
+	resultHopFailed                      // the step ran, its next message could not be sent: sent again on retry
 )
 
 // stepRunner works one step's queue.
@@ -47,21 +47,18 @@ type stepRunner struct {
 	queue  string
 	// spanName is the step's span's name, "step <flow>/<step>".
 	spanName string
-	// attempts hands the handler's decision to the settle hook.
-	attempts sync.Map // *broker.Message -> *attempt
 	// tidy takes a run's message out of a dead-letter queue once its
 	// compensation has the run (the worker's tidier).
 	tidy func(queue, runID string)
 }
 
-// attempt is one delivery of a step, as the handler saw it.
-type attempt struct {
+// stepAttempt is one delivery of a step, as its handler saw it: what its
+// BeforeSettle function and its settle hook read (from the Ack's note).
+type stepAttempt struct {
 	recording
-	route   []string
-	pos     int
-	replays int
-	result  stepResult
-	plan    hop
+	d      delivery
+	result stepResult
+	plan   hop
 	// resentTo is the step a kept hop was sent again to, when the kept
 	// record did not say where the run went (see kept.planned).
 	resentTo string
@@ -96,6 +93,41 @@ func (p *recording) settlement(queue string, m *broker.Message) broker.Settlemen
 	return broker.Settlement{Queue: queue, Message: m, Started: p.start, Outcome: p.expect, Err: p.err, Reason: p.reason, Delay: p.delay}
 }
 
+func (p *recording) rec() *recording { return p }
+
+// attempt is a handler's view of one delivery (*stepAttempt,
+// *compAttempt), noted on its Ack for its BeforeSettle function and its
+// settle hook.
+type attempt interface {
+	rec() *recording
+	// accepting says the handler decided on what the consumer reports as
+	// accepted, and records it so.
+	accepting() bool
+}
+
+// noted notes a on ack; when a is accepting, its events are recorded as
+// accepted before the consumer settles the delivery.
+func noted(ack broker.Ack, a attempt) broker.Ack {
+	if a.accepting() {
+		a.rec().expect = broker.OutcomeLabelAccepted
+	}
+	return ack.With(a)
+}
+
+// beforeSettle is the BeforeSettle function of a consumer whose handler
+// notes attempts of type A: it records the events the attempt comes to
+// (events) before the broker hears of the delivery (Engine.written).
+func beforeSettle[A attempt](e *Engine, flow, step, queue string, events func(context.Context, A, broker.Settlement) []journal.Event) func(context.Context, *broker.Message, broker.Ack) broker.Ack {
+	return func(ctx context.Context, m *broker.Message, ack broker.Ack) broker.Ack {
+		a, ok := ack.Note().(A)
+		if !ok {
+			return ack
+		}
+		p := a.rec()
+		return e.written(ctx, m, p, flow, step, ack, func() []journal.Event { return events(ctx, a, p.settlement(queue, m)) })
+	}
+}
+
 func newStepRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *stepRunner {
 	s := f.steps[i]
 	return &stepRunner{e: e, f: f, spec: s, policy: f.retry[i], queue: f.queue(s.Name), spanName: "step " + f.name + "/" + s.Name, tidy: tidy}
@@ -103,38 +135,29 @@ func newStepRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *s
 
 // handle is the step's broker.Handler: it works out what becomes of the
 // delivery (running the step unless it ran before) and leaves recording
-// it to written, which the consumer calls before it settles the delivery.
+// it to written, which the consumer calls before it settles the delivery;
+// what it found out travels with its Ack (Ack.With).
 func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
-	a := &attempt{replays: replays(m.Headers), result: resultFailed, recording: recording{start: time.Now()}}
-	r.attempts.Store(m, a)
-	ack := r.decide(ctx, m, a)
-	switch a.result {
-	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled, resultCompensating:
-		a.expect = broker.OutcomeLabelAccepted
-	}
-	return ack
+	a := &stepAttempt{d: readStep(m), result: resultFailed, recording: recording{start: time.Now()}}
+	return noted(r.decide(ctx, a), a)
 }
 
-// written is the step consumer's broker.BeforeSettle (Engine.written).
-func (r *stepRunner) written(ctx context.Context, m *broker.Message, ack broker.Ack) broker.Ack {
-	v, ok := r.attempts.Load(m)
-	if !ok {
-		return ack
+func (a *stepAttempt) accepting() bool {
+	switch a.result {
+	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled, resultCompensating:
+		return true
 	}
-	a := v.(*attempt)
-	return r.e.written(ctx, m, &a.recording, r.f.name, r.spec.Name, ack, func() []journal.Event {
-		return r.events(ctx, m, a, a.settlement(r.queue, m))
-	})
+	return false
 }
 
 // written records what a delivery came to (events, built when the
 // recording expects an outcome) before the broker hears of it, so that a
 // worker killed, or a connection lost, between the two leaves a
 // redelivery and a complete journal, never a run whose step is done and
-// unrecorded. Only then is the key confirmed, so that a
-// redelivery of a step whose events were not yet written writes them. It
-// runs as the consumers' broker.BeforeSettle, off the handler's slot: the
-// handlers go on with the next deliveries while the journal commits.
+// unrecorded. Only then is the key confirmed, so that a redelivery of a
+// step whose events were not yet written writes them. It runs as the
+// consumers' broker.BeforeSettle, off the handler's slot: the handlers go
+// on with the next deliveries while the journal commits.
 func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, flow, step string, ack broker.Ack, events func() []journal.Event) broker.Ack {
 	if p.expect != "" {
 		if events := events(); len(events) > 0 {
@@ -145,13 +168,13 @@ func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, f
 					// The outcome is kept under its key: put the message back,
 					// and its redelivery records the events (again).
 					p.expect = ""
-					return broker.InProgress(e.cfg.InProgressDelay)
+					return broker.InProgress(e.cfg.InProgressDelay).With(ack.Note())
 				}
 			}
 		}
 	}
 	if p.confirm != "" {
-		e.confirm(ctx, p.confirm)
+		e.once.Confirm(ctx, p.confirm)
 	}
 	return ack
 }
@@ -160,30 +183,22 @@ func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, f
 // ran before, and passes what it produced on. A message that cannot be
 // where it is (another step's, a route naming a step the flow does not
 // have, one every worker died holding) is given up before the step runs.
-func (r *stepRunner) decide(ctx context.Context, m *broker.Message, a *attempt) broker.Ack {
-	route, pos, slip, err := position(m)
-	if err != nil {
-		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
+func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
+	d := &a.d
+	if d.err != nil {
+		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, d.err)))
 	}
-	a.route, a.pos = route, pos
-	if !journal.Text(m.RunID) || m.RunID == "" {
-		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: the message carries no %s that is UTF-8 text", r.f.name, r.spec.Name, broker.HeaderRunID)))
+	if d.step() != r.spec.Name {
+		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("%w: flow %q step %q got a message for step %q", ErrMisrouted, r.f.name, r.spec.Name, d.step())))
 	}
-	var st runState
-	if _, err := readJSONHeader(m.Headers, HeaderRun, &st); err != nil {
-		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
+	if err := r.f.knows(d.route); err != nil {
+		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
 	}
-	if route[pos] != r.spec.Name {
-		return r.giveUp(ctx, m, a, st, nil, broker.Fatal(fmt.Errorf("%w: flow %q step %q got a message for step %q", ErrMisrouted, r.f.name, r.spec.Name, route[pos])))
+	if err := r.e.overDeliveryLimit(d); err != nil {
+		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
 	}
-	if err := r.f.knows(route); err != nil {
-		return r.giveUp(ctx, m, a, st, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
-	}
-	if err := r.e.overDeliveryLimit(m); err != nil {
-		return r.giveUp(ctx, m, a, st, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
-	}
-	if _, held := m.Headers[HeaderDue]; held {
-		cancelled, err := r.e.cancelled(ctx, m.RunID)
+	if d.held {
+		cancelled, err := r.e.cancelled(ctx, d.m.RunID)
 		if err != nil {
 			return broker.Retry(err)
 		}
@@ -192,21 +207,98 @@ func (r *stepRunner) decide(ctx context.Context, m *broker.Message, a *attempt) 
 			return broker.Accept()
 		}
 	}
-	key := stepKey(m.RunID, a.replays, pos, r.spec.Name)
-	claim, err := r.e.store.Claim(ctx, key)
-	if err != nil {
-		return broker.Retry(fmt.Errorf("idempotency: claim %q: %w", key, err))
+	var w worked
+	key := stepKey(d.m.RunID, d.replays, d.pos, r.spec.Name)
+	done := patterns.Run(ctx, r.e.once, patterns.Unit[kept]{
+		Key: key, InTx: r.spec.Transactional,
+		Do: func(ctx context.Context) (kept, error) {
+			r.e.metrics.reached(ctx, r.f.name, d.m, d.pos, d.replays)
+			w = r.work(ctx, a)
+			return w.kept, errors.Join(w.stepErr, w.giveUp)
+		},
+		Encode:   kept.encode,
+		Decode:   decodeKept,
+		CarryOut: func(ctx context.Context, k kept) error { return r.e.carryOut(ctx, r.spec.Name, d.m.RunID, k) },
+	})
+	if ack, settled := r.e.unsettled(done, a.setBusy); settled {
+		return ack
 	}
-	switch claim {
-	case patterns.ClaimClaimed:
-		r.e.metrics.reached(ctx, r.f.name, m, pos, a.replays)
-		return r.run(ctx, m, key, a, slip, st)
-	case patterns.ClaimDuplicate:
-		return r.duplicate(ctx, m, key, a)
+	switch {
+	case done.Failed && w.stepErr != nil:
+		return r.failed(ctx, a, w.stepErr)
+	case done.Failed && w.giveUp != nil:
+		if r.spec.Transactional {
+			// The step's writes were rolled back with the transaction:
+			// there is nothing of it to compensate.
+			w.after, w.unresolved = d.state, nil
+		}
+		return r.giveUp(ctx, a, w.after, w.unresolved, w.giveUp)
+	case done.Failed:
+		return broker.Retry(&patterns.StepError{Step: r.spec.Name, Err: done.Err})
+	case !done.Kept:
+		a.result = resultDuplicate
+		return broker.Accept().As(patterns.IdempotencyOutcomeDuplicate)
+	case done.Err != nil:
+		return r.notCarriedOut(ctx, a, done.Result, done.Err)
+	}
+	r.carried(a, key, done.Result)
+	return broker.Accept()
+}
+
+// unsettled says what the outcomes of a unit that have nothing to do with
+// its step come to (settled is true then): found running elsewhere, lost
+// to another holder, or a store that did not answer. busy marks the
+// attempt as put back.
+func (e *Engine) unsettled(done patterns.Done[kept], busy func()) (ack broker.Ack, settled bool) {
+	switch {
+	case done.Lost || done.Claim == patterns.ClaimInProgress:
+		busy()
+		return broker.InProgress(e.cfg.InProgressDelay).As(broker.OutcomeLabelInProgress), true
+	case errors.Is(done.Err, patterns.ErrStore):
+		return broker.Retry(done.Err), true
+	case done.Unreadable:
+		return broker.Reject(broker.Fatal(done.Err)), true
+	}
+	return broker.Ack{}, false
+}
+
+// setBusy marks the attempt as put back: running elsewhere.
+func (a *stepAttempt) setBusy() { a.result = resultBusy }
+
+// carried says what the run came to at the step, carried out: k was sent
+// on (again, for a redelivery), or the run ended or completed there. The
+// key is confirmed once the run's events are recorded.
+func (r *stepRunner) carried(a *stepAttempt, key string, k kept) {
+	switch {
+	case k.kind == keptEnded:
+		a.result = resultEnded
+	case k.kind == keptDone:
+		a.result, a.plan = resultDone, k.plan()
 	default:
-		a.result = resultBusy
-		return broker.InProgress(r.e.cfg.InProgressDelay).As(broker.OutcomeLabelInProgress)
+		a.result, a.plan = resultContinued, k.plan()
+		if !k.planned {
+			a.result, a.resentTo, a.plan.due = resultResent, k.out.RoutingKey, k.due
+		}
 	}
+	a.confirm = key
+}
+
+// notCarriedOut handles a step whose work is done and kept but whose next
+// message did not go: the broker refused it for what it is, which no retry
+// changes (the run is given up, the step's effect compensated with the
+// rest), or it may well go next time (retried: the redelivery sends the
+// kept message, the step is not run again).
+func (r *stepRunner) notCarriedOut(ctx context.Context, a *stepAttempt, k kept, err error) broker.Ack {
+	if !unsendable(err) {
+		a.result, a.err = resultHopFailed, err
+		a.expect, a.reason, a.delay = expected(err, false, r.policy, a.d.m)
+		return broker.Retry(err)
+	}
+	var after runState
+	if _, herr := readJSONHeader(k.out.Message.Headers, HeaderRun, &after); herr != nil {
+		return r.giveUp(ctx, a, a.d.state, []string{r.spec.Name}, broker.Fatal(err))
+	}
+	return r.giveUp(ctx, a, after, nil, broker.Fatal(err))
 }
 
 // stepKey is what a step's run is claimed under: the run, the position of
@@ -221,78 +313,15 @@ func stepKey(runID string, replays, pos int, step string) string {
 	return fmt.Sprintf("%s/r%d/%d/%s", runID, replays, pos, step)
 }
 
-// overDeliveryLimit says why m is not to be run again: it came back
+// overDeliveryLimit says why d is not to be run again: it came back
 // unsettled (its x-delivery-count, which quorum queues keep) as often as
 // the engine's DeliveryLimit allows, every worker that took it having died
 // or lost its connection holding it.
-func (e *Engine) overDeliveryLimit(m *broker.Message) error {
-	if e.cfg.DeliveryLimit <= 0 {
+func (e *Engine) overDeliveryLimit(d *delivery) error {
+	if e.cfg.DeliveryLimit <= 0 || d.returns < int64(e.cfg.DeliveryLimit) {
 		return nil
 	}
-	n, _ := transport.Int(m.Headers[headerDeliveryCount])
-	if n < int64(e.cfg.DeliveryLimit) {
-		return nil
-	}
-	return fmt.Errorf("%w: delivered %d times without being settled: every worker that took it died or lost its connection holding it", ErrDeliveryLimit, n+1)
-}
-
-// headerDeliveryCount is how many times a quorum queue took a message back
-// unsettled, on each of its redeliveries.
-const headerDeliveryCount = "x-delivery-count"
-
-// errRollBack rolls a transactional step's transaction back: the step
-// failed, or what it produced cannot go on.
-var errRollBack = errors.New("step failed: roll back")
-
-// run runs the step holding its key, keeps what it produced under the key
-// (in the step's own transaction when it is Transactional) and carries it
-// out.
-func (r *stepRunner) run(ctx context.Context, m *broker.Message, key string, a *attempt, slip *patterns.RoutingSlip, st runState) broker.Ack {
-	ctx, span := r.e.tracer.Start(ctx, r.spanName)
-	defer span.End()
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("acemq.flow", r.f.name), attribute.String("acemq.step", r.spec.Name),
-			attribute.String("acemq.run_id", m.RunID), attribute.Int("acemq.attempt", m.Attempt))
-	}
-	var w worked
-	if r.spec.Transactional {
-		err := r.e.store.(patterns.TxStore).CompleteInTx(ctx, key, func(ctx context.Context) ([]byte, error) {
-			if w = r.work(ctx, m, a, slip, st); w.stepErr != nil || w.giveUp != nil {
-				return nil, errRollBack
-			}
-			return w.kept.encode()
-		})
-		switch {
-		case w.stepErr != nil || w.giveUp != nil:
-			// The step's writes were rolled back with the transaction:
-			// there is nothing of it to compensate.
-			w.after, w.unresolved = st, nil
-		case errors.Is(err, patterns.ErrClaimLost):
-			// Another delivery holds the step now; its outcome counts.
-			a.result = resultBusy
-			return broker.InProgress(r.e.cfg.InProgressDelay).As(broker.OutcomeLabelInProgress)
-		case err != nil:
-			// Committed or not, the key is either done (a redelivery
-			// passes on what was kept) or still ours to let go.
-			r.e.forget(ctx, key)
-			return broker.Retry(&patterns.StepError{Step: r.spec.Name, Err: fmt.Errorf("transaction: %w", err)})
-		}
-	} else {
-		w = r.work(ctx, m, a, slip, st)
-		if w.stepErr == nil && w.giveUp == nil {
-			r.e.keep(ctx, key, w.kept)
-		}
-	}
-	switch {
-	case w.stepErr != nil:
-		span.RecordError(w.stepErr)
-		span.SetStatus(codes.Error, w.stepErr.Error())
-		return r.failed(ctx, m, key, a, st, w.stepErr)
-	case w.giveUp != nil:
-		r.e.forget(ctx, key)
-		return r.giveUp(ctx, m, a, w.after, w.unresolved, w.giveUp)
-	}
-	return r.carryOut(ctx, m, key, a, w.kept)
+	return fmt.Errorf("%w: delivered %d times without being settled: every worker that took it died or lost its connection holding it", ErrDeliveryLimit, d.returns+1)
 }
 
 // worked is what running a step came to.
@@ -312,18 +341,27 @@ type worked struct {
 	unresolved []string
 }
 
-// work runs the step's function and works out what follows.
-func (r *stepRunner) work(ctx context.Context, m *broker.Message, a *attempt, slip *patterns.RoutingSlip, st runState) (w worked) {
-	out, err := r.call(ctx, m)
+// work runs the step's function, in its span, and works out what follows.
+func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
+	d := &a.d
+	ctx, span := r.e.tracer.Start(ctx, r.spanName)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("acemq.flow", r.f.name), attribute.String("acemq.step", r.spec.Name),
+			attribute.String("acemq.run_id", d.m.RunID), attribute.Int("acemq.attempt", d.m.Attempt))
+	}
+	out, err := r.call(ctx, d.m)
 	switch {
 	case errors.Is(err, dsl.End):
 		w.kept = keptOf(keptEnded, hop{}, broker.Outgoing{})
 		return w
 	case err != nil:
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 		w.stepErr = err
 		return w
 	}
-	w.after = st
+	w.after = d.state
 	if end, err := ended(out); end || err != nil {
 		if err != nil {
 			w.giveUp = &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)}
@@ -341,28 +379,28 @@ func (r *stepRunner) work(ctx context.Context, m *broker.Message, a *attempt, sl
 			w.giveUp, w.unresolved = &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)}, []string{r.spec.Name}
 			return w
 		}
-		w.after.Compensate = append(slices.Clip(st.Compensate), entry)
+		w.after.Compensate = append(slices.Clip(d.state.Compensate), entry)
 	}
-	plan := hop{next: a.pos + 1}
-	if slip == nil {
-		if plan, err = r.f.plan(a.route, a.pos, out, time.Now()); err != nil {
+	plan := hop{next: d.pos + 1}
+	if d.slip == nil {
+		if plan, err = r.f.plan(d.route, d.pos, out, time.Now()); err != nil {
 			// The work is done but where it goes cannot be worked out, on
 			// this attempt or any other: give it up for a person to see.
 			w.giveUp = &patterns.HopError{Step: r.spec.Name, To: "?", Err: broker.Fatal(err)}
 			return w
 		}
 	}
-	if plan.next == len(a.route) {
+	if plan.next == len(d.route) {
 		w.kept = keptOf(keptDone, plan, broker.Outgoing{})
 		return w
 	}
 	carried, spills := w.after, []spill(nil)
 	if r.spec.Compensable {
-		carried, spills = r.e.spill(m.RunID, a.replays, a.pos, w.after)
+		carried, spills = r.e.spill(d.m.RunID, d.replays, d.pos, w.after)
 	}
-	next, err := r.f.hopMessage(ctx, r.e.conn, m, a.route, plan.next, out, carried, slip)
+	next, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.route, plan.next, out, carried, d.slip)
 	if err != nil {
-		w.giveUp = &patterns.HopError{Step: r.spec.Name, To: a.route[plan.next], Err: broker.Fatal(err)}
+		w.giveUp = &patterns.HopError{Step: r.spec.Name, To: d.route[plan.next], Err: broker.Fatal(err)}
 		return w
 	}
 	if !plan.due.IsZero() {
@@ -373,39 +411,39 @@ func (r *stepRunner) work(ctx context.Context, m *broker.Message, a *attempt, sl
 	return w
 }
 
-// carryOut carries out what the run came to at the step, k: it keeps what
-// the run's compensations will need in the journal, sends the hop on (again,
-// for a redelivery), and says what to record and confirm. A hop the broker
-// refuses for what it is comes after the step's effect: the run is given
-// up and that effect compensated with the rest.
-func (r *stepRunner) carryOut(ctx context.Context, m *broker.Message, key string, a *attempt, k kept) broker.Ack {
-	switch {
-	case k.kind == keptEnded:
-		a.result = resultEnded
-	case k.kind == keptDone:
-		a.result, a.plan = resultDone, k.plan()
-	default:
-		if err := r.e.putSpills(ctx, m.RunID, k.spills); err != nil {
-			// The step is done and kept: its redelivery carries it out.
-			return broker.Retry(&patterns.HopError{Step: r.spec.Name, To: k.out.RoutingKey, Err: err})
-		}
-		if err := r.e.send(ctx, r.spec.Name, k); err != nil {
-			if !unsendable(err) {
-				return broker.Retry(err)
-			}
-			var after runState
-			if _, herr := readJSONHeader(k.out.Message.Headers, HeaderRun, &after); herr != nil {
-				return r.giveUp(ctx, m, a, runState{}, []string{r.spec.Name}, broker.Fatal(err))
-			}
-			return r.giveUp(ctx, m, a, after, nil, broker.Fatal(err))
-		}
-		a.result, a.plan = resultContinued, k.plan()
-		if !k.planned {
-			a.result, a.resentTo, a.plan.due = resultResent, k.out.RoutingKey, k.due
-		}
+// carryOut carries out what a unit of a run (a step, a compensation) came
+// to: it keeps what the run's compensations will need in the journal and
+// sends the next message on, through the ladder when it is not yet due.
+// Both are safe to do again: a redelivery carries the kept value out
+// again, the message with its id. Its error is a *patterns.HopError;
+// unsendable tells one the broker refused for what it is from one that
+// may well go next time (unroutable, nacked: a quorum queue between
+// leaders nacks for a while after losing a node, or lost with the
+// connection).
+func (e *Engine) carryOut(ctx context.Context, step, runID string, k kept) error {
+	if k.kind != keptHop {
+		return nil
 	}
-	a.confirm = key
-	return broker.Accept()
+	if err := e.putSpills(ctx, runID, k.spills); err != nil {
+		return &patterns.HopError{Step: step, To: k.out.RoutingKey, Err: err}
+	}
+	var err error
+	if k.due.After(time.Now()) {
+		err = e.conn.Schedule(ctx, k.due, k.out)
+	} else {
+		err = e.conn.Send(ctx, k.out)
+	}
+	if err != nil {
+		return &patterns.HopError{Step: step, To: k.out.RoutingKey, Err: err}
+	}
+	return nil
+}
+
+// unsendable reports whether the broker refused a message for what it is
+// (its headers, its expiration, its size), which no retry changes.
+func unsendable(err error) bool {
+	return errors.Is(err, transport.ErrInvalidHeader) || errors.Is(err, transport.ErrInvalidExpiration) ||
+		errors.Is(err, transport.ErrTooLarge)
 }
 
 // call runs the step's function on m's payload under the step's timeout.
@@ -453,14 +491,14 @@ func undecodable(err error) bool {
 	return errors.As(err, &de)
 }
 
-// failed lets the step's key go and decides what the failure becomes: a
-// retry by the step's policy, or, once that is spent (or the failure is
-// fatal, or the body cannot be read), the end of the run (giveUp).
-func (r *stepRunner) failed(ctx context.Context, m *broker.Message, key string, a *attempt, st runState, err error) broker.Ack {
-	r.e.forget(ctx, key)
+// failed decides what a step's failure becomes: a retry by the step's
+// policy, or, once that is spent (or the failure is fatal, or the body
+// cannot be read), the end of the run (giveUp). Its key was let go.
+func (r *stepRunner) failed(ctx context.Context, a *stepAttempt, err error) broker.Ack {
+	m := a.d.m
 	var fatal *broker.FatalError
 	if errors.As(err, &fatal) || undecodable(err) || r.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) != "" {
-		return r.giveUp(ctx, m, a, st, nil, err)
+		return r.giveUp(ctx, a, a.d.state, nil, err)
 	}
 	serr := &patterns.StepError{Step: r.spec.Name, Err: err}
 	a.err = serr
@@ -477,7 +515,8 @@ func (r *stepRunner) failed(ctx context.Context, m *broker.Message, key string, 
 // run from there, nothing needs a person, and the message is accepted.
 // When the compensation cannot be started the message is put back, attempt
 // unchanged, rather than the run given up without it.
-func (r *stepRunner) giveUp(ctx context.Context, m *broker.Message, a *attempt, st runState, unresolved []string, err error) broker.Ack {
+func (r *stepRunner) giveUp(ctx context.Context, a *stepAttempt, st runState, unresolved []string, err error) broker.Ack {
+	m := a.d.m
 	var serr error = err
 	var se *patterns.StepError
 	var he *patterns.HopError
@@ -530,81 +569,6 @@ func expected(err error, reject bool, p broker.RetryPolicy, m *broker.Message) (
 	}
 	return broker.OutcomeLabelRetried, "", p.Delay(m.Attempt)
 }
-
-// duplicate answers a delivery of a step that ran before: what it kept,
-// if anything, is carried out again (its hop sent with the message id it
-// had, its events recorded), else it is accepted.
-func (r *stepRunner) duplicate(ctx context.Context, m *broker.Message, key string, a *attempt) broker.Ack {
-	res, ok, err := r.e.store.Result(ctx, key)
-	if err != nil {
-		return broker.Retry(fmt.Errorf("idempotency: result of %q: %w", key, err))
-	}
-	if !ok {
-		a.result = resultDuplicate
-		return broker.Accept().As(patterns.IdempotencyOutcomeDuplicate)
-	}
-	k, err := decodeKept(res)
-	if err != nil {
-		return broker.Reject(&patterns.HopError{Step: r.spec.Name, To: "?", Err: broker.Fatal(err)})
-	}
-	return r.carryOut(ctx, m, key, a, k)
-}
-
-// keep keeps k under key before it is carried out: a redelivery after a
-// lost confirm, or before the run's events were written, finds it kept and
-// carries it out again rather than running the step twice.
-func (e *Engine) keep(ctx context.Context, key string, k kept) {
-	b, err := k.encode()
-	if err == nil {
-		err = e.store.Complete(withoutCancel(ctx), key, b)
-	}
-	if err != nil {
-		e.log.Warn("cannot keep a step's hop; a redelivery would run the step again",
-			slog.String("key", key), slog.Any("error", err))
-	}
-}
-
-// send sends a kept hop (through the ladder when it is not yet due). Its
-// error is a *patterns.HopError; unsendable tells one the broker refused
-// for what it is from one that may well go next time (unroutable, nacked:
-// a quorum queue between leaders nacks for a while after losing a node,
-// or lost with the connection). The caller confirms the key once the run's
-// events are recorded: until then a redelivery sends the kept hop again.
-func (e *Engine) send(ctx context.Context, step string, k kept) error {
-	var err error
-	if k.due.After(time.Now()) {
-		err = e.conn.Schedule(ctx, k.due, k.out)
-	} else {
-		err = e.conn.Send(ctx, k.out)
-	}
-	if err != nil {
-		return &patterns.HopError{Step: step, To: k.out.RoutingKey, Err: err}
-	}
-	return nil
-}
-
-// unsendable reports whether the broker refused a message for what it is
-// (its headers, its expiration, its size), which no retry changes.
-func unsendable(err error) bool {
-	return errors.Is(err, transport.ErrInvalidHeader) || errors.Is(err, transport.ErrInvalidExpiration) ||
-		errors.Is(err, transport.ErrTooLarge)
-}
-
-func (e *Engine) confirm(ctx context.Context, key string) {
-	if err := e.store.Confirm(withoutCancel(ctx), key); err != nil {
-		e.log.Warn("idempotency: confirm failed; the key stays claimed until its lease ends", slog.String("key", key), slog.Any("error", err))
-	}
-}
-
-func (e *Engine) forget(ctx context.Context, key string) {
-	if err := e.store.Forget(withoutCancel(ctx), key); err != nil {
-		e.log.Warn("idempotency: forget failed; a retry may find the step still held", slog.String("key", key), slog.Any("error", err))
-	}
-}
-
-// withoutCancel keeps ctx's values but not its cancellation: a worker
-// closing at its deadline must still confirm or release what it claimed.
-func withoutCancel(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // ended reports whether a step's result ends its run (patterns.End,
 // returned through an any), and refuses a nil result, which would travel

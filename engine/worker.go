@@ -153,7 +153,7 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 		r := newStepRunner(e, f, i, w.tidier.add)
 		opts := []broker.ConsumeOption{
 			broker.Existing(), broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
-			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled), broker.BeforeSettle(r.written),
+			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, r.queue, r.outcome)),
 		}
 		if key := f.orderKey(s, e); key != nil {
 			opts = append(opts, broker.OrderBy(key))
@@ -166,7 +166,7 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 			c := newCompRunner(e, f, i, w.tidier.add)
 			if err := w.start(ctx, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
 				broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
-				broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(c.written)); err != nil {
+				broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, c.queue, c.outcome))); err != nil {
 				return err
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -101,20 +100,37 @@ func ending(payload any) (bool, error) {
 }
 
 // guarded is what Idempotent hands the handler it guards, through the
-// context, so that a follower can keep the message its step produced
-// under the guard's key before sending it (complete), and so that a
-// redelivery of work already done sends that message again (resend)
-// rather than calling the step.
+// context: a follower under the guard does not send the message its step
+// produced, it hands it over (hop), for the guard to keep under its key and
+// send; and a redelivery of work done before has the follower send the
+// message kept then (resend) rather than call the step.
 type guarded struct {
-	key    string
-	store  ResultStore
-	logger *slog.Logger
-	// completed is set once the follower kept its result: the work is
-	// done, so the guard must not forget the key whatever the hop does.
-	completed bool
-	// resend is the kept message of work done before, when the guard calls
-	// the handler only to pass it on again.
-	resend []byte
+	hop    guardedHop
+	resend *broker.Outgoing
+}
+
+// guardedHop is what a follower under the guard produced: its next message
+// and how to send it (nil for one read back from the store).
+type guardedHop struct {
+	out  *broker.Outgoing
+	send func(ctx context.Context, out broker.Outgoing) broker.Ack
+}
+
+// encode is what the guard keeps of h: nothing when there is no message.
+func (h guardedHop) encode() ([]byte, error) {
+	if h.out == nil {
+		return nil, nil
+	}
+	return h.out.MarshalBinary()
+}
+
+func decodeGuardedHop(b []byte) (guardedHop, error) {
+	var out broker.Outgoing
+	if err := out.UnmarshalBinary(b); err != nil {
+		return guardedHop{}, err
+	}
+	out.Mandatory = true
+	return guardedHop{out: &out}, nil
 }
 
 type guardedKey struct{}
@@ -128,26 +144,6 @@ func guardedFrom(ctx context.Context) *guarded {
 	return g
 }
 
-// keep records the work under the guard's key as done, with out as its
-// result. A store that fails is logged and the hop still sent: the worst
-// case is then the old one, the step run again on a redelivery.
-func (g *guarded) keep(ctx context.Context, out broker.Outgoing) {
-	result, err := out.MarshalBinary()
-	if err != nil {
-		g.logger.WarnContext(ctx, "idempotency: cannot keep the hop; a redelivery would run the step again",
-			slog.String("key", g.key), slog.Any("error", err))
-		return
-	}
-	sctx, cancel := idemStoreContext(ctx)
-	defer cancel()
-	if err := g.store.Complete(sctx, g.key, result); err != nil {
-		g.logger.WarnContext(ctx, "idempotency: complete failed; a redelivery would run the step again",
-			slog.String("key", g.key), slog.Any("error", err))
-		return
-	}
-	g.completed = true
-}
-
 // resent sends again the message kept for work done before, when the
 // guard handed one over; ok is false when there is none and the step must
 // run.
@@ -156,19 +152,18 @@ func resent(ctx context.Context, conn *broker.Conn, step string) (ack broker.Ack
 	if g == nil || g.resend == nil {
 		return broker.Ack{}, false
 	}
-	var out broker.Outgoing
-	if err := out.UnmarshalBinary(g.resend); err != nil {
-		return broker.Reject(broker.Fatal(&HopError{Step: step, To: "?", Err: err})), true
-	}
-	out.Mandatory = true
-	return send(ctx, conn, step, out), true
+	return send(ctx, conn, step, *g.resend), true
 }
 
 // onward sends out, what a follower's step produced, mandatory and
-// confirmed, after keeping it under the guard's key when there is one.
+// confirmed; under the guard it hands it over instead, for the guard to
+// keep and send.
 func onward(ctx context.Context, conn *broker.Conn, step string, out broker.Outgoing) broker.Ack {
 	if g := guardedFrom(ctx); g != nil {
-		g.keep(ctx, out)
+		g.hop = guardedHop{out: &out, send: func(ctx context.Context, out broker.Outgoing) broker.Ack {
+			return send(ctx, conn, step, out)
+		}}
+		return broker.Accept()
 	}
 	return send(ctx, conn, step, out)
 }

@@ -15,11 +15,6 @@ import (
 // message found in progress is reported as broker.OutcomeLabelInProgress.
 const IdempotencyOutcomeDuplicate = "duplicate"
 
-// idemStoreTimeout bounds Forget and Confirm, which run after the handler
-// and must not hang on a store that stopped answering, nor be cut short
-// because the handler's context ended.
-const idemStoreTimeout = 10 * time.Second
-
 // ErrNoIdempotencyKey is the reason a message is given up when the key
 // function (by default: the message id) yields an empty key: without a key
 // there is nothing to deduplicate by, and running it unguarded would drop
@@ -231,20 +226,22 @@ func Idempotent(store IdempotencyStore, opts ...IdempotencyOption) (broker.Middl
 			return nil, err
 		}
 	}
-	g := &idemGuard{store: store, cfg: cfg}
-	g.claimer, _ = store.(Claimer)
-	g.confirmer, _ = store.(Confirmer)
-	g.results, _ = store.(ResultStore)
+	once, err := NewOnce(store, OnceConfig{Logger: cfg.logger})
+	if err != nil {
+		return nil, err
+	}
+	g := &idemGuard{once: once, cfg: cfg}
 	return g.wrap, nil
 }
 
 type idemGuard struct {
-	store     IdempotencyStore
-	claimer   Claimer
-	confirmer Confirmer
-	results   ResultStore
-	cfg       idemConfig
+	once *Once
+	cfg  idemConfig
 }
+
+// errDeclined is Do's error for a handler that did not accept: the key is
+// let go, and the handler's own ack is what the consumer gets.
+var errDeclined = errors.New("the handler did not accept")
 
 func (g *idemGuard) wrap(next broker.Handler) broker.Handler {
 	return func(ctx context.Context, m *broker.Message) broker.Ack {
@@ -252,111 +249,57 @@ func (g *idemGuard) wrap(next broker.Handler) broker.Handler {
 		if key == "" {
 			return broker.Reject(fmt.Errorf("%w (message %q)", ErrNoIdempotencyKey, m.ID))
 		}
-		claim, err := g.claim(ctx, key)
-		if err != nil {
-			return broker.Retry(fmt.Errorf("idempotency: claim %q: %w", key, err))
-		}
-		switch claim {
-		case ClaimClaimed:
-			return g.run(ctx, next, m, key)
-		case ClaimDuplicate:
-			return g.duplicate(ctx, next, m, key)
-		case ClaimInProgress:
+		var (
+			handled, passed broker.Ack
+			carried         bool
+		)
+		d := Run(ctx, g.once, Unit[guardedHop]{
+			Key: key,
+			Do: func(ctx context.Context) (guardedHop, error) {
+				gd := &guarded{}
+				if handled = next(withGuarded(ctx, gd), m); handled.Outcome() != broker.OutcomeAccept {
+					return guardedHop{}, errDeclined
+				}
+				return gd.hop, nil
+			},
+			Encode: guardedHop.encode,
+			Decode: decodeGuardedHop,
+			CarryOut: func(ctx context.Context, h guardedHop) error {
+				carried = true
+				switch {
+				case h.out == nil:
+					passed = handled
+				case h.send != nil:
+					passed = h.send(ctx, *h.out)
+				default:
+					// Kept by an earlier delivery: the follower sends it again,
+					// since the guard holds no connection.
+					passed = next(withGuarded(ctx, &guarded{resend: h.out}), m)
+				}
+				if passed.Outcome() != broker.OutcomeAccept {
+					return errDeclined
+				}
+				return nil
+			},
+		})
+		switch {
+		case d.Lost || d.Claim == ClaimInProgress:
 			return broker.InProgress(g.cfg.inProgressDelay).As(broker.OutcomeLabelInProgress)
-		default:
-			return broker.Retry(fmt.Errorf("idempotency: claim %q: store answered %s", key, claim))
+		case d.Failed:
+			return handled
+		case d.Unreadable:
+			return broker.Reject(broker.Fatal(&HopError{To: "?", Err: d.Err}))
+		case d.Err != nil && !carried:
+			return broker.Retry(fmt.Errorf("idempotency: %w", d.Err))
+		case d.Claim == ClaimDuplicate && !d.Kept:
+			return broker.Accept().As(IdempotencyOutcomeDuplicate)
+		case d.Err != nil:
+			return passed
 		}
-	}
-}
-
-func (g *idemGuard) claim(ctx context.Context, key string) (Claim, error) {
-	if g.claimer != nil {
-		return g.claimer.Claim(ctx, key)
-	}
-	first, err := g.store.FirstTime(ctx, key)
-	if err != nil {
-		return 0, err
-	}
-	if first {
-		return ClaimClaimed, nil
-	}
-	return ClaimDuplicate, nil
-}
-
-// run calls the handler holding the key, and confirms or forgets the key by
-// what it decided. A panic forgets the key and carries on up, so that the
-// consumer turns it into a retry as it does for any handler. A follower
-// that kept its result (the work is done, only passing it on failed) is
-// never forgotten: its retry sends the kept message again.
-func (g *idemGuard) run(ctx context.Context, next broker.Handler, m *broker.Message, key string) (ack broker.Ack) {
-	var kept *guarded
-	if g.results != nil {
-		kept = &guarded{key: key, store: g.results, logger: g.cfg.logger}
-		ctx = withGuarded(ctx, kept)
-	}
-	settled := false
-	defer func() {
-		if !settled && (kept == nil || !kept.completed) {
-			g.forget(ctx, m, key)
+		g.once.Confirm(ctx, key)
+		if d.Resent {
+			return passed.As(IdempotencyOutcomeDuplicate)
 		}
-	}()
-	ack = next(ctx, m)
-	settled = true
-	if ack.Outcome() != broker.OutcomeAccept {
-		if kept == nil || !kept.completed {
-			g.forget(ctx, m, key)
-		}
-		return ack
+		return passed
 	}
-	g.confirm(ctx, m, key)
-	return ack
-}
-
-// duplicate answers a key whose work was done: accepted unrun, unless a
-// follower kept the message it produced and that message may not have
-// gone out, in which case the handler is called only to send it again.
-func (g *idemGuard) duplicate(ctx context.Context, next broker.Handler, m *broker.Message, key string) broker.Ack {
-	if g.results == nil {
-		return broker.Accept().As(IdempotencyOutcomeDuplicate)
-	}
-	result, ok, err := g.results.Result(ctx, key)
-	if err != nil {
-		return broker.Retry(fmt.Errorf("idempotency: result of %q: %w", key, err))
-	}
-	if !ok {
-		return broker.Accept().As(IdempotencyOutcomeDuplicate)
-	}
-	ack := next(withGuarded(ctx, &guarded{key: key, store: g.results, logger: g.cfg.logger, completed: true, resend: result}), m)
-	if ack.Outcome() != broker.OutcomeAccept {
-		return ack
-	}
-	g.confirm(ctx, m, key)
-	return ack.As(IdempotencyOutcomeDuplicate)
-}
-
-func (g *idemGuard) confirm(ctx context.Context, m *broker.Message, key string) {
-	if g.confirmer == nil {
-		return
-	}
-	sctx, cancel := idemStoreContext(ctx)
-	defer cancel()
-	if err := g.confirmer.Confirm(sctx, key); err != nil {
-		g.cfg.logger.WarnContext(ctx, "idempotency: confirm failed; the key stays claimed until its lease expires",
-			slog.String("key", key), slog.String("message_id", m.ID), slog.Any("error", err))
-	}
-}
-
-func (g *idemGuard) forget(ctx context.Context, m *broker.Message, key string) {
-	sctx, cancel := idemStoreContext(ctx)
-	defer cancel()
-	if err := g.store.Forget(sctx, key); err != nil {
-		g.cfg.logger.WarnContext(ctx, "idempotency: forget failed; a retry may find the key still held",
-			slog.String("key", key), slog.String("message_id", m.ID), slog.Any("error", err))
-	}
-}
-
-// idemStoreContext keeps ctx's values but not its cancellation: a consumer
-// closing at its deadline must still release or confirm what it claimed.
-func idemStoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), idemStoreTimeout)
 }

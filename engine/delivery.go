@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/patterns"
+)
+
+// delivery is one delivery of a run's message as the engine reads it: its
+// engine headers decoded once, for the handler, its BeforeSettle function,
+// its settle hook and the journal events they build.
+type delivery struct {
+	m *broker.Message
+	// route is the run's steps and pos the index of the one the message
+	// is addressed to; slip is the routing slip the run travels as (nil
+	// for a declared pipeline).
+	route []string
+	pos   int
+	slip  *patterns.RoutingSlip
+	// replays is how many times the run was replayed (acemq-replay-count).
+	replays int
+	// returns is how many times the broker took the message back unsettled
+	// (x-delivery-count).
+	returns int64
+	// state is the run's compensation state (acemq-flow-run) on a step's
+	// message; comp the compensation's state (acemq-flow-compensation) on a
+	// compensation's.
+	state runState
+	comp  compState
+	// held says the message was held back on the ladder (acemq-flow-due);
+	// outbox that its run was started in a transaction (acemq-flow-started).
+	held, outbox bool
+	// err says why the message cannot be a run's at all (its run id,
+	// route or state unreadable): it is given up as it is.
+	err error
+}
+
+// readStep reads a step's message.
+func readStep(m *broker.Message) delivery {
+	d := readCommon(m)
+	var err error
+	if d.route, d.pos, d.slip, err = position(m); err != nil {
+		d.err = err
+		return d
+	}
+	if d.err != nil {
+		return d
+	}
+	if _, err := readJSONHeader(m.Headers, HeaderRun, &d.state); err != nil {
+		d.err = err
+	}
+	return d
+}
+
+// readCompensation reads a compensation's message, which must carry its
+// state.
+func readCompensation(m *broker.Message) delivery {
+	d := readCommon(m)
+	if d.err != nil {
+		return d
+	}
+	found, err := readJSONHeader(m.Headers, HeaderCompensation, &d.comp)
+	switch {
+	case err != nil:
+		d.err = err
+	case !found:
+		d.err = fmt.Errorf("no %s header", HeaderCompensation)
+	}
+	return d
+}
+
+// readCommon reads what every message of a run carries.
+func readCommon(m *broker.Message) delivery {
+	d := delivery{m: m, replays: replays(m.Headers)}
+	d.returns, _ = transport.Int(m.Headers[headerDeliveryCount])
+	_, d.held = m.Headers[HeaderDue]
+	_, d.outbox = m.Headers[HeaderStarted]
+	if m.RunID == "" || !journal.Text(m.RunID) {
+		d.err = fmt.Errorf("the message carries no %s that is UTF-8 text", broker.HeaderRunID)
+	}
+	return d
+}
+
+// headerDeliveryCount is how many times a quorum queue took a message back
+// unsettled, on each of its redeliveries.
+const headerDeliveryCount = "x-delivery-count"
+
+// step is the name of the step the message is addressed to ("" when its
+// route could not be read).
+func (d *delivery) step() string {
+	if d.pos < 0 || d.pos >= len(d.route) {
+		return ""
+	}
+	return d.route[d.pos]
+}

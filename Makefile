@@ -11,20 +11,28 @@ LDFLAGS := -X github.com/acemq/acemq-flow/cmd/acemq-flow/cli.Version=$(VERSION)
 run:
 	$(GO) run ./cmd/acemq-flow demo
 
-## test: every test, with the race detector
+# The modules of the workspace (go.work): the library (.), and beside it
+# what the library does not need: the command line, the shipped flows, the
+# chaos rig and the dashboard's browser tests.
+MODULES  := . ./cmd/acemq-flow ./workflows ./internal/chaos ./engine/dashboard/browser
+PACKAGES := $(addsuffix /...,$(MODULES))
+
+## test: every test of every module, with the race detector
 test:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $(PACKAGES)
 
 ## bench: the broker benchmarks (broker against plain amqp091-go)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./broker/...
 
-## lint: gofmt, go vet and go mod tidy must have nothing to say
+## lint: gofmt, go vet and go mod tidy (in every module) must have nothing to say
 lint:
 	@unformatted="$$(gofmt -l .)"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: these files need gofmt:"; echo "$$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (diff above): run it and commit the result"; exit 1; }
+	$(GO) vet $(PACKAGES)
+	@for m in $(MODULES); do \
+		(cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy would change $$m/go.mod or go.sum (diff above): run it there and commit the result"; exit 1; }; \
+	done
 
 ## build: the acemq-flow binary, into bin/
 build:

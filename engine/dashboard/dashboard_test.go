@@ -17,6 +17,7 @@ import (
 	"github.com/acemq/acemq-flow/engine/dashboard"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/brokertest"
+	"github.com/acemq/acemq-flow/internal/dashboardtest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
@@ -45,27 +46,27 @@ func TestTokenProtectsEveryPage(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 
-	c := client(t)
+	c := dashboardtest.Client(t)
 	for _, p := range []string{"/", "/runs/x", "/failed", "/charts", "/nowhere"} {
-		status, body, resp := do(t, c, http.MethodGet, srv.URL+p, nil, nil)
+		status, body, resp := dashboardtest.Do(t, c, http.MethodGet, srv.URL+p, nil, nil)
 		require.Equal(t, http.StatusUnauthorized, status, p)
 		require.Contains(t, body, `name="token"`, "a browser gets the login form")
 		require.Equal(t, `Bearer realm="acemq-flow dashboard"`, resp.Header.Get("WWW-Authenticate"))
 	}
-	status, _, _ := do(t, c, http.MethodPost, srv.URL+"/runs/x/replay", url.Values{}, nil)
+	status, _, _ := dashboardtest.Do(t, c, http.MethodPost, srv.URL+"/runs/x/replay", url.Values{}, nil)
 	require.Equal(t, http.StatusUnauthorized, status)
-	status, _, _ = do(t, c, http.MethodGet, srv.URL+"/", nil, map[string]string{"Authorization": "Bearer wrong"})
+	status, _, _ = dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/", nil, map[string]string{"Authorization": "Bearer wrong"})
 	require.Equal(t, http.StatusUnauthorized, status)
-	status, _, _ = do(t, c, http.MethodGet, srv.URL+"/?token=wrong", nil, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/?token=wrong", nil, nil)
 	require.Equal(t, http.StatusUnauthorized, status)
-	status, _, _ = do(t, c, http.MethodGet, srv.URL+"/static/app.js", nil, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/static/app.js", nil, nil)
 	require.Equal(t, http.StatusOK, status, "assets are not pages")
 
-	status, body, _ := do(t, c, http.MethodGet, srv.URL+"/failed", nil, map[string]string{"Authorization": "Bearer " + token})
+	status, body, _ := dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/failed", nil, map[string]string{"Authorization": "Bearer " + token})
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "No failed runs.")
 
-	status, _, resp := do(t, c, http.MethodGet, srv.URL+"/failed?token="+token+"&x=1", nil, nil)
+	status, _, resp := dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/failed?token="+token+"&x=1", nil, nil)
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, "/failed?x=1", resp.Header.Get("Location"), "the token leaves the address")
 	var session *http.Cookie
@@ -77,22 +78,22 @@ func TestTokenProtectsEveryPage(t *testing.T) {
 	require.NotNil(t, session)
 	require.True(t, session.HttpOnly)
 	require.NotContains(t, session.Value, token, "the cookie is not the token")
-	status, _, _ = do(t, c, http.MethodGet, srv.URL+"/failed", nil, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/failed", nil, nil)
 	require.Equal(t, http.StatusOK, status, "the cookie is enough from then on")
 
-	status, page, _ := do(t, c, http.MethodGet, srv.URL+"/charts", nil, nil)
+	status, page, _ := dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/charts", nil, nil)
 	require.Equal(t, http.StatusOK, status)
-	status, _, _ = do(t, c, http.MethodPost, srv.URL+"/logout", url.Values{}, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodPost, srv.URL+"/logout", url.Values{}, nil)
 	require.Equal(t, http.StatusForbidden, status, "signing out takes the page's CSRF token")
-	status, _, _ = do(t, c, http.MethodPost, srv.URL+"/logout", url.Values{"csrf": {csrf(t, page)}}, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodPost, srv.URL+"/logout", url.Values{"csrf": {dashboardtest.CSRF(t, page)}}, nil)
 	require.Equal(t, http.StatusSeeOther, status)
-	status, _, _ = do(t, c, http.MethodGet, srv.URL+"/failed", nil, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/failed", nil, nil)
 	require.Equal(t, http.StatusUnauthorized, status, "logged out")
 
-	status, _, resp = do(t, c, http.MethodPost, srv.URL+"/login", url.Values{"token": {token}, "next": {"//evil.example/"}}, nil)
+	status, _, resp = dashboardtest.Do(t, c, http.MethodPost, srv.URL+"/login", url.Values{"token": {token}, "next": {"//evil.example/"}}, nil)
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, "/", resp.Header.Get("Location"), "login never sends a browser off the site")
-	status, _, _ = do(t, c, http.MethodGet, srv.URL+"/charts", nil, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/charts", nil, nil)
 	require.Equal(t, http.StatusOK, status)
 }
 
@@ -101,32 +102,32 @@ func TestTokenProtectsEveryPage(t *testing.T) {
 // needs none.
 func TestActionsNeedACSRFToken(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, dashboard.Config{})
-	run := fx.start(order{ID: "o-1", Fail: "declined"}, journal.Failed)
-	c := client(t)
-	_, page, _ := do(t, c, http.MethodGet, fx.srv.URL+"/runs/"+run, nil, nil)
-	token := csrf(t, page)
-	replay := fx.srv.URL + "/runs/" + run + "/replay"
+	fx := dashboardtest.New(t, dashboard.Config{})
+	run := fx.Start(dashboardtest.Order{ID: "o-1", Fail: "declined"}, journal.Failed)
+	c := dashboardtest.Client(t)
+	_, page, _ := dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/runs/"+run, nil, nil)
+	token := dashboardtest.CSRF(t, page)
+	replay := fx.Srv.URL + "/runs/" + run + "/replay"
 
-	status, body, _ := do(t, c, http.MethodPost, replay, url.Values{}, nil)
+	status, body, _ := dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{}, nil)
 	require.Equal(t, http.StatusForbidden, status)
 	require.Contains(t, body, "The form was stale")
-	status, _, _ = do(t, c, http.MethodPost, replay, url.Values{"csrf": {token + "x"}}, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token + "x"}}, nil)
 	require.Equal(t, http.StatusForbidden, status)
-	status, _, _ = do(t, client(t), http.MethodPost, replay, url.Values{"csrf": {token}}, nil)
+	status, _, _ = dashboardtest.Do(t, dashboardtest.Client(t), http.MethodPost, replay, url.Values{"csrf": {token}}, nil)
 	require.Equal(t, http.StatusForbidden, status, "a token without its cookie")
-	status, _, _ = do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}}, map[string]string{"Sec-Fetch-Site": "cross-site"})
+	status, _, _ = dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}}, map[string]string{"Sec-Fetch-Site": "cross-site"})
 	require.Equal(t, http.StatusForbidden, status)
-	status, _, _ = do(t, c, http.MethodGet, replay, nil, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodGet, replay, nil, nil)
 	require.Equal(t, http.StatusNotFound, status, "replay is a POST")
-	fx.wait(run, journal.Failed)
+	fx.Wait(run, journal.Failed)
 
-	status, _, resp := do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}}, nil)
+	status, _, resp := dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}}, nil)
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, "/runs/"+run+"?done=replayed", resp.Header.Get("Location"))
-	fx.wait(run, journal.Completed)
+	fx.Wait(run, journal.Completed)
 
-	status, body, _ = do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}}, nil)
+	status, body, _ = dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}}, nil)
 	require.Equal(t, http.StatusConflict, status, "a completed run is not replayed")
 	require.Contains(t, body, "cannot be replayed")
 }
@@ -135,12 +136,12 @@ func TestActionsNeedACSRFToken(t *testing.T) {
 // Authorization header replays without a form.
 func TestBearerClientsNeedNoCSRF(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, dashboard.Config{Token: "t0k"})
-	run := fx.start(order{ID: "o-1", Fail: "declined"}, journal.Failed)
-	status, _, _ := do(t, http.DefaultClient, http.MethodPost, fx.srv.URL+"/runs/"+run+"/replay", url.Values{},
+	fx := dashboardtest.New(t, dashboard.Config{Token: "t0k"})
+	run := fx.Start(dashboardtest.Order{ID: "o-1", Fail: "declined"}, journal.Failed)
+	status, _, _ := dashboardtest.Do(t, http.DefaultClient, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/replay", url.Values{},
 		map[string]string{"Authorization": "Bearer t0k"})
 	require.Equal(t, http.StatusOK, status, "followed to the run's page")
-	fx.wait(run, journal.Completed)
+	fx.Wait(run, journal.Completed)
 }
 
 // TestHostsWithoutToken: without a token, only IP addresses, localhost
@@ -196,7 +197,7 @@ func TestRunsListFiltersAndPages(t *testing.T) {
 	rows := regexp.MustCompile(`data-run="([^"]+)"`)
 	list := func(query string) ([]string, string) {
 		t.Helper()
-		status, body, _ := do(t, client(t), http.MethodGet, srv.URL+"/?"+query, nil, nil)
+		status, body, _ := dashboardtest.Do(t, dashboardtest.Client(t), http.MethodGet, srv.URL+"/?"+query, nil, nil)
 		require.Equal(t, http.StatusOK, status, body)
 		var ids []string
 		for _, m := range rows.FindAllStringSubmatch(body, -1) {
@@ -220,10 +221,10 @@ func TestRunsListFiltersAndPages(t *testing.T) {
 	ids, _ = list("flow=refunds")
 	require.Equal(t, []string{"run-2"}, ids)
 
-	status, body, _ := do(t, client(t), http.MethodGet, srv.URL+"/?status=exploded", nil, nil)
+	status, body, _ := dashboardtest.Do(t, dashboardtest.Client(t), http.MethodGet, srv.URL+"/?status=exploded", nil, nil)
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Contains(t, body, "No such status: exploded.")
-	status, _, _ = do(t, client(t), http.MethodGet, srv.URL+"/runs/nope", nil, nil)
+	status, _, _ = dashboardtest.Do(t, dashboardtest.Client(t), http.MethodGet, srv.URL+"/runs/nope", nil, nil)
 	require.Equal(t, http.StatusNotFound, status)
 }
 
@@ -231,31 +232,31 @@ func TestRunsListFiltersAndPages(t *testing.T) {
 // text on the page, never markup.
 func TestRunPageEscapesWhatItShows(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, dashboard.Config{})
-	run := fx.start(order{ID: `<img src=x onerror=alert(2)>`, Fail: `<script>alert(1)</script>`}, journal.Failed)
-	status, body, _ := do(t, client(t), http.MethodGet, fx.srv.URL+"/runs/"+run, nil, nil)
+	fx := dashboardtest.New(t, dashboard.Config{})
+	run := fx.Start(dashboardtest.Order{ID: `<img src=x onerror=alert(2)>`, Fail: `<script>alert(1)</script>`}, journal.Failed)
+	status, body, _ := dashboardtest.Do(t, dashboardtest.Client(t), http.MethodGet, fx.Srv.URL+"/runs/"+run, nil, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.NotContains(t, body, "<script>alert(1)")
 	require.NotContains(t, body, "<img src=x")
 	require.Contains(t, body, "&lt;script&gt;alert(1)&lt;/script&gt;")
 	require.Contains(t, body, `id="replay"`, "a failed run can be replayed")
 	require.Contains(t, body, `id="compensate"`, "and compensated: its flow has a compensation")
-	require.Contains(t, body, fx.flow+".charge"+broker.DeadLetterSuffix, "where its message waits")
+	require.Contains(t, body, fx.Flow+".charge"+broker.DeadLetterSuffix, "where its message waits")
 }
 
 // TestCompensateNow: the compensate button sends a failed run to be
 // compensated; a worker does it and the run ends compensated.
 func TestCompensateNow(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, dashboard.Config{})
-	run := fx.start(order{ID: "o-1", Fail: "declined"}, journal.Failed)
-	c := client(t)
-	_, page, _ := do(t, c, http.MethodGet, fx.srv.URL+"/runs/"+run, nil, nil)
-	status, _, resp := do(t, c, http.MethodPost, fx.srv.URL+"/runs/"+run+"/compensate", url.Values{"csrf": {csrf(t, page)}}, nil)
+	fx := dashboardtest.New(t, dashboard.Config{})
+	run := fx.Start(dashboardtest.Order{ID: "o-1", Fail: "declined"}, journal.Failed)
+	c := dashboardtest.Client(t)
+	_, page, _ := dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/runs/"+run, nil, nil)
+	status, _, resp := dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/compensate", url.Values{"csrf": {dashboardtest.CSRF(t, page)}}, nil)
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, "/runs/"+run+"?done=compensating", resp.Header.Get("Location"))
-	fx.wait(run, journal.Compensated)
-	_, page, _ = do(t, c, http.MethodGet, fx.srv.URL+"/runs/"+run, nil, nil)
+	fx.Wait(run, journal.Compensated)
+	_, page, _ = dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/runs/"+run, nil, nil)
 	require.Contains(t, page, `data-kind="compensation"`)
 	require.NotContains(t, page, `id="replay"`, "a compensated run cannot be replayed")
 }
@@ -264,19 +265,19 @@ func TestCompensateNow(t *testing.T) {
 // and a POST is refused.
 func TestReadOnly(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, dashboard.Config{})
-	run := fx.start(order{ID: "o-1", Fail: "declined"}, journal.Failed)
-	for _, cfg := range []dashboard.Config{{Journal: fx.journal}, {Engine: fx.eng, ReadOnly: true}} {
+	fx := dashboardtest.New(t, dashboard.Config{})
+	run := fx.Start(dashboardtest.Order{ID: "o-1", Fail: "declined"}, journal.Failed)
+	for _, cfg := range []dashboard.Config{{Journal: fx.Journal}, {Engine: fx.Eng, ReadOnly: true}} {
 		h, err := dashboard.New(cfg)
 		require.NoError(t, err)
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
-		c := client(t)
-		status, page, _ := do(t, c, http.MethodGet, srv.URL+"/runs/"+run, nil, nil)
+		c := dashboardtest.Client(t)
+		status, page, _ := dashboardtest.Do(t, c, http.MethodGet, srv.URL+"/runs/"+run, nil, nil)
 		require.Equal(t, http.StatusOK, status)
 		require.NotContains(t, page, `id="replay"`)
 		require.Contains(t, page, "This dashboard is read-only.")
-		status, page, _ = do(t, c, http.MethodPost, srv.URL+"/runs/"+run+"/replay", url.Values{}, nil)
+		status, page, _ = dashboardtest.Do(t, c, http.MethodPost, srv.URL+"/runs/"+run+"/replay", url.Values{}, nil)
 		require.Equal(t, http.StatusForbidden, status)
 		require.Contains(t, page, "This dashboard is read-only.")
 	}
@@ -287,15 +288,15 @@ func TestReadOnly(t *testing.T) {
 // which, then replays exactly those.
 func TestFailedGroupsAndGroupReplay(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, dashboard.Config{MaxGroupReplay: 2})
+	fx := dashboardtest.New(t, dashboard.Config{MaxGroupReplay: 2})
 	var declined []string
 	for i, card := range []string{"4242", "1881", "3007"} {
-		declined = append(declined, fx.start(order{ID: fmt.Sprint(i), Fail: "card " + card + " declined for order " + fmt.Sprint(17+i)}, journal.Failed))
+		declined = append(declined, fx.Start(dashboardtest.Order{ID: fmt.Sprint(i), Fail: "card " + card + " declined for order " + fmt.Sprint(17+i)}, journal.Failed))
 	}
-	other := fx.start(order{ID: "x", Fail: "bank unreachable"}, journal.Failed)
+	other := fx.Start(dashboardtest.Order{ID: "x", Fail: "bank unreachable"}, journal.Failed)
 
-	c := client(t)
-	status, page, _ := do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
+	c := dashboardtest.Client(t)
+	status, page, _ := dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/failed", nil, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, page, "card &lt;n&gt; declined for order &lt;n&gt;")
 	require.Contains(t, page, "bank unreachable")
@@ -303,8 +304,8 @@ func TestFailedGroupsAndGroupReplay(t *testing.T) {
 	require.Len(t, groups, 2)
 	require.Regexp(t, `class="count"[^>]*>3<`, page, "the biggest group first")
 
-	status, confirm, _ := do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay",
-		url.Values{"csrf": {csrf(t, page)}, "group": {groups[0][1]}}, nil)
+	status, confirm, _ := dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/failed/replay",
+		url.Values{"csrf": {dashboardtest.CSRF(t, page)}, "group": {groups[0][1]}}, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, confirm, "Replay 2 runs?")
 	require.Contains(t, confirm, "The group holds 3 runs; one replay takes the oldest 2.")
@@ -314,42 +315,42 @@ func TestFailedGroupsAndGroupReplay(t *testing.T) {
 	require.NotContains(t, confirm, declined[2], "the bound: the oldest two")
 	require.NotContains(t, confirm, other)
 
-	form := url.Values{"csrf": {csrf(t, confirm)}, "group": {groups[0][1]}, "confirm": {"1"}, "run": declined[:2]}
-	results, _ := fx.replayGroup(c, form)
+	form := url.Values{"csrf": {dashboardtest.CSRF(t, confirm)}, "group": {groups[0][1]}, "confirm": {"1"}, "run": declined[:2]}
+	results, _ := replayGroup(fx, c, form)
 	require.Contains(t, results, "Replayed 2 of 2 runs")
 	for _, id := range declined[:2] {
-		fx.wait(id, journal.Completed)
+		fx.Wait(id, journal.Completed)
 		require.Contains(t, results, `data-run="`+id+`" data-outcome="replayed"`)
-		require.Equal(t, 1, fx.replays(id))
+		require.Equal(t, 1, fx.Replays(id))
 	}
 	for _, id := range []string{declined[2], other} {
-		r, err := fx.journal.Run(context.Background(), id)
+		r, err := fx.Journal.Run(context.Background(), id)
 		require.NoError(t, err)
 		require.Equal(t, journal.Failed, r.Status, "not in what was confirmed")
 	}
-	_, page, _ = do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
+	_, page, _ = dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/failed", nil, nil)
 	require.Regexp(t, `class="count"[^>]*>1<`, page)
 }
 
 // replayGroup confirms a group replay with form: the answer sends the
 // browser to the replay's page, which it reads (as the page reloads itself)
 // until the replay is done, and returns with its address.
-func (fx *fixture) replayGroup(c *http.Client, form url.Values) (page, at string) {
-	fx.t.Helper()
-	status, _, resp := do(fx.t, c, http.MethodPost, fx.srv.URL+"/failed/replay", form, nil)
-	require.Equal(fx.t, http.StatusSeeOther, status, "the replay goes on in the background")
+func replayGroup(fx *dashboardtest.Fixture, c *http.Client, form url.Values) (page, at string) {
+	fx.T.Helper()
+	status, _, resp := dashboardtest.Do(fx.T, c, http.MethodPost, fx.Srv.URL+"/failed/replay", form, nil)
+	require.Equal(fx.T, http.StatusSeeOther, status, "the replay goes on in the background")
 	at = resp.Header.Get("Location")
-	require.Regexp(fx.t, `^/failed/replay/[A-Z0-9]+$`, at)
-	require.Eventually(fx.t, func() bool {
-		status, page, _ = do(fx.t, c, http.MethodGet, fx.srv.URL+at, nil, nil)
-		require.Equal(fx.t, http.StatusOK, status, page)
+	require.Regexp(fx.T, `^/failed/replay/[A-Z0-9]+$`, at)
+	require.Eventually(fx.T, func() bool {
+		status, page, _ = dashboardtest.Do(fx.T, c, http.MethodGet, fx.Srv.URL+at, nil, nil)
+		require.Equal(fx.T, http.StatusOK, status, page)
 		if strings.Contains(page, `id="replaying"`) {
-			require.Contains(fx.t, page, `data-refresh="1"`, "the progress page comes again")
+			require.Contains(fx.T, page, `data-refresh="1"`, "the progress page comes again")
 			return false
 		}
 		return true
 	}, time.Minute, 20*time.Millisecond)
-	require.Contains(fx.t, page, `id="results"`)
+	require.Contains(fx.T, page, `id="results"`)
 	return page, at
 }
 
@@ -363,50 +364,50 @@ func (fx *fixture) replayGroup(c *http.Client, form url.Values) (page, at string
 func TestGroupReplayOfAThousandRuns(t *testing.T) {
 	t.Parallel()
 	const n, others = 1000, 40
-	fx := newFixture(t, dashboard.Config{MaxFailed: 2000})
-	var orders []order
+	fx := dashboardtest.New(t, dashboard.Config{MaxFailed: 2000})
+	var orders []dashboardtest.Order
 	for i := range n {
-		orders = append(orders, order{ID: fmt.Sprint(i), Fail: fmt.Sprintf("card %d declined", i)})
+		orders = append(orders, dashboardtest.Order{ID: fmt.Sprint(i), Fail: fmt.Sprintf("card %d declined", i)})
 	}
 	for i := range others {
-		orders = append(orders, order{ID: fmt.Sprint("x", i), Fail: "bank unreachable"})
+		orders = append(orders, dashboardtest.Order{ID: fmt.Sprint("x", i), Fail: "bank unreachable"})
 	}
-	ids := fx.startAll(orders, journal.Failed)
+	ids := fx.StartAll(orders, journal.Failed)
 	declined, unreachable := ids[:n], ids[n:]
-	dlq := fx.flow + ".charge" + broker.DeadLetterSuffix
-	fx.h.WaitDepth(dlq, n+others, 10*time.Second)
+	dlq := fx.Flow + ".charge" + broker.DeadLetterSuffix
+	fx.H.WaitDepth(dlq, n+others, 10*time.Second)
 
-	c := client(t)
-	_, page, _ := do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
+	c := dashboardtest.Client(t)
+	_, page, _ := dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/failed", nil, nil)
 	key := groupKeyOf(t, page, "card &lt;n&gt; declined")
-	status, confirm, _ := do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay", url.Values{"csrf": {csrf(t, page)}, "group": {key}}, nil)
+	status, confirm, _ := dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/failed/replay", url.Values{"csrf": {dashboardtest.CSRF(t, page)}, "group": {key}}, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, confirm, fmt.Sprintf("Replay %d runs?", n))
-	form := url.Values{"csrf": {csrf(t, confirm)}, "group": {key}, "confirm": {"1"}, "run": declined}
-	before := fx.published()
-	results, at := fx.replayGroup(c, form)
+	form := url.Values{"csrf": {dashboardtest.CSRF(t, confirm)}, "group": {key}, "confirm": {"1"}, "run": declined}
+	before := fx.Published()
+	results, at := replayGroup(fx, c, form)
 	require.Contains(t, results, fmt.Sprintf("Replayed %d of %d runs", n, n))
 	require.Equal(t, n, strings.Count(results, `data-outcome="replayed"`))
-	require.LessOrEqual(t, fx.published()-before, int64(n+others), "one pass: each replayed copy, and each other message put back once")
+	require.LessOrEqual(t, fx.Published()-before, int64(n+others), "one pass: each replayed copy, and each other message put back once")
 	for _, id := range declined {
-		fx.wait(id, journal.Completed)
+		fx.Wait(id, journal.Completed)
 	}
 	for _, id := range declined {
-		require.Equal(t, 1, fx.replays(id), "run %s replayed once", id)
-		require.Equal(t, 2, fx.charges(id), "run %s charged once more", id)
+		require.Equal(t, 1, fx.Replays(id), "run %s replayed once", id)
+		require.Equal(t, 2, fx.Charges(id), "run %s charged once more", id)
 	}
-	status, again, _ := do(t, c, http.MethodGet, fx.srv.URL+at, nil, nil)
+	status, again, _ := dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+at, nil, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, again, fmt.Sprintf("Replayed %d of %d runs", n, n), "the same result, read again")
 	for _, id := range declined[:10] {
-		require.Equal(t, 1, fx.replays(id), "reading the result again replays nothing")
+		require.Equal(t, 1, fx.Replays(id), "reading the result again replays nothing")
 	}
 	for _, id := range unreachable {
-		r, err := fx.journal.Run(context.Background(), id)
+		r, err := fx.Journal.Run(context.Background(), id)
 		require.NoError(t, err)
 		require.Equal(t, journal.Failed, r.Status)
 	}
-	fx.h.WaitDepth(dlq, others, 10*time.Second)
+	fx.H.WaitDepth(dlq, others, 10*time.Second)
 }
 
 // groupKeyOf is the key of the /failed group whose pattern ends with
@@ -422,17 +423,17 @@ func groupKeyOf(t *testing.T, page, pattern string) string {
 // step times, drawn from the journal as SVG.
 func TestCharts(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, dashboard.Config{})
-	fx.start(order{ID: "1"}, journal.Completed)
-	fx.start(order{ID: "2"}, journal.Completed)
-	fx.start(order{ID: "3", Fail: "declined"}, journal.Failed)
-	status, page, _ := do(t, client(t), http.MethodGet, fx.srv.URL+"/charts", nil, nil)
+	fx := dashboardtest.New(t, dashboard.Config{})
+	fx.Start(dashboardtest.Order{ID: "1"}, journal.Completed)
+	fx.Start(dashboardtest.Order{ID: "2"}, journal.Completed)
+	fx.Start(dashboardtest.Order{ID: "3", Fail: "declined"}, journal.Failed)
+	status, page, _ := dashboardtest.Do(t, dashboardtest.Client(t), http.MethodGet, fx.Srv.URL+"/charts", nil, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, page, "3 started, 0.000833 runs/s on average")
 	require.Contains(t, page, "1 failed and not replayed since")
 	require.Regexp(t, `<rect [^>]*class="started"><title>\d\d:\d\dZ: [123]</title>`, page)
 	require.Regexp(t, `<rect [^>]*class="failed"><title>\d\d:\d\dZ: 1</title>`, page)
-	require.Contains(t, page, fx.flow[:22]+"… › charge")
+	require.Contains(t, page, fx.Flow[:22]+"… › charge")
 	require.Contains(t, page, "from the timelines of the newest 3 runs")
 }
 
@@ -444,27 +445,27 @@ func TestCloseStopsAGroupReplay(t *testing.T) {
 	t.Parallel()
 	const n = 100
 	// Each lookup takes 50 ms: the replay would take five seconds.
-	fx := newFixture(t, dashboard.Config{}, 50*time.Millisecond)
-	var orders []order
+	fx := dashboardtest.New(t, dashboard.Config{}, 50*time.Millisecond)
+	var orders []dashboardtest.Order
 	for i := range n {
-		orders = append(orders, order{ID: fmt.Sprint(i), Fail: "declined"})
+		orders = append(orders, dashboardtest.Order{ID: fmt.Sprint(i), Fail: "declined"})
 	}
-	ids := fx.startAll(orders, journal.Failed)
-	c := client(t)
-	_, page, _ := do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
+	ids := fx.StartAll(orders, journal.Failed)
+	c := dashboardtest.Client(t)
+	_, page, _ := dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/failed", nil, nil)
 	key := groupKeyOf(t, page, "declined")
-	form := url.Values{"csrf": {csrf(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids}
-	status, _, resp := do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay", form, nil)
+	form := url.Values{"csrf": {dashboardtest.CSRF(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids}
+	status, _, resp := dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/failed/replay", form, nil)
 	require.Equal(t, http.StatusSeeOther, status)
 	at := resp.Header.Get("Location")
-	_, page, _ = do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
+	_, page, _ = dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/failed", nil, nil)
 	require.Contains(t, page, `id="replay-running"`, "the failed runs page leads to it")
-	status, page, resp = do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay", url.Values{"csrf": {csrf(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids[:1]}, nil)
+	status, page, resp = dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/failed/replay", url.Values{"csrf": {dashboardtest.CSRF(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids[:1]}, nil)
 	require.Equal(t, http.StatusSeeOther, status, page)
 	require.Equal(t, at+"?busy=1", resp.Header.Get("Location"), "one group replay at a time: asking again leads to it")
 
-	require.NoError(t, fx.dash.Close(brokertest.Ctx(t)))
-	status, page, _ = do(t, c, http.MethodGet, fx.srv.URL+at, nil, nil)
+	require.NoError(t, fx.Dash.Close(brokertest.Ctx(t)))
+	status, page, _ = dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+at, nil, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, page, `id="interrupted"`, "done, and stopped before it finished")
 	notReached := strings.Count(page, `data-outcome="not-reached"`)
@@ -472,13 +473,13 @@ func TestCloseStopsAGroupReplay(t *testing.T) {
 	require.Equal(t, n, notReached+strings.Count(page, `data-outcome="replayed"`))
 	for _, id := range ids {
 		if strings.Contains(page, `data-run="`+id+`" data-outcome="not-reached"`) {
-			require.Zero(t, fx.replays(id), "run %s was not touched", id)
-			r, err := fx.journal.Run(context.Background(), id)
+			require.Zero(t, fx.Replays(id), "run %s was not touched", id)
+			r, err := fx.Journal.Run(context.Background(), id)
 			require.NoError(t, err)
 			require.Equal(t, journal.Failed, r.Status)
 		}
 	}
-	_, page, _ = do(t, c, http.MethodGet, fx.srv.URL+"/failed", nil, nil)
-	status, _, _ = do(t, c, http.MethodPost, fx.srv.URL+"/failed/replay", url.Values{"csrf": {csrf(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids[:1]}, nil)
+	_, page, _ = dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/failed", nil, nil)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/failed/replay", url.Values{"csrf": {dashboardtest.CSRF(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids[:1]}, nil)
 	require.Equal(t, http.StatusServiceUnavailable, status, "refused once closed")
 }

@@ -1,4 +1,7 @@
-package dashboard_test
+// Package browser holds the dashboard's tests in a real headless Chromium,
+// driven with chromedp: a module of its own, so that the library's module
+// does not require a browser driver.
+package browser
 
 import (
 	"context"
@@ -18,15 +21,16 @@ import (
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine/dashboard"
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/dashboardtest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
 // chromiumPath is where Debian's chromium package puts the browser.
 const chromiumPath = "/usr/bin/chromium"
 
-// screenshotsEnv names the folder (from the repository's root) the
-// browser tests write the dashboard's screenshots to, when set:
-// ACEMQ_SCREENSHOTS=docs refreshes the README's pictures.
+// screenshotsEnv names the folder (from the repository's root, where
+// go.work is) the browser tests write the dashboard's screenshots to, when
+// set: ACEMQ_SCREENSHOTS=docs refreshes the README's pictures.
 const screenshotsEnv = "ACEMQ_SCREENSHOTS"
 
 // browser starts headless Chromium for the test, with a profile of its
@@ -104,7 +108,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 		return
 	}
 	if !filepath.IsAbs(dir) {
-		root, err := moduleRoot()
+		root, err := repositoryRoot()
 		require.NoError(t, err)
 		dir = filepath.Join(root, dir)
 	}
@@ -113,19 +117,19 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
 }
 
-// moduleRoot is the folder holding go.mod, above the test's own.
-func moduleRoot() (string, error) {
+// repositoryRoot is the folder holding go.work, above the test's own.
+func repositoryRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no go.mod above the test")
+			return "", errors.New("no go.work above the test")
 		}
 		dir = parent
 	}
@@ -158,18 +162,18 @@ func open(t *testing.T, ctx context.Context, url string) int64 {
 // holding a script is shown as text without running it.
 func TestInABrowser(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, dashboard.Config{})
+	fx := dashboardtest.New(t, dashboard.Config{})
 	ctx := browser(t)
 	opened := dialogs(t, ctx)
 
-	done := []string{fx.start(order{ID: "o-1"}, journal.Completed), fx.start(order{ID: "o-2"}, journal.Completed)}
-	declined := fx.start(order{ID: "o-3", Fail: "card 4242 declined for order 17"}, journal.Failed)
-	fx.start(order{ID: "o-4", Fail: "card 1881 declined for order 18"}, journal.Failed)
-	script := fx.start(order{ID: "o-5", Fail: "<script>alert(1)</script>"}, journal.Failed)
-	done = append(done, fx.start(order{ID: "o-6"}, journal.Completed))
+	done := []string{fx.Start(dashboardtest.Order{ID: "o-1"}, journal.Completed), fx.Start(dashboardtest.Order{ID: "o-2"}, journal.Completed)}
+	declined := fx.Start(dashboardtest.Order{ID: "o-3", Fail: "card 4242 declined for order 17"}, journal.Failed)
+	fx.Start(dashboardtest.Order{ID: "o-4", Fail: "card 1881 declined for order 18"}, journal.Failed)
+	script := fx.Start(dashboardtest.Order{ID: "o-5", Fail: "<script>alert(1)</script>"}, journal.Failed)
+	done = append(done, fx.Start(dashboardtest.Order{ID: "o-6"}, journal.Completed))
 
 	t.Run("the runs list shows the runs", func(t *testing.T) {
-		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/"))
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/"))
 		require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("runs"))))
 		ids := eval[[]string](t, ctx, `[...document.querySelectorAll("#runs tr[data-run]")].map(r => r.dataset.run)`)
 		require.Len(t, ids, 6)
@@ -192,18 +196,18 @@ func TestInABrowser(t *testing.T) {
 
 	t.Run("an error holding a script is text", func(t *testing.T) {
 		before := opened.Load()
-		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/runs/"+script))
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+script))
 		require.Contains(t, text(t, ctx, "run-error"), "<script>alert(1)</script>")
 		require.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll("main script, #run-error *").length`),
 			"no element came from the error")
-		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/?q=script"))
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/?q=script"))
 		cell := eval[string](t, ctx, `document.querySelector('#runs tr[data-run="`+script+`"] td.err').textContent`)
 		require.Contains(t, cell, "<script>alert(1)</script>")
 		require.Equal(t, before, opened.Load(), "no dialog opened")
 	})
 
 	t.Run("failed runs are grouped", func(t *testing.T) {
-		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/failed"))
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/failed"))
 		patterns := eval[[]string](t, ctx, `[...document.querySelectorAll(".group .pattern")].map(p => p.textContent)`)
 		require.Equal(t, []string{`step "charge": fatal: card <n> declined for order <n>`, `step "charge": fatal: <script>alert(<n>)</script>`}, patterns,
 			"two runs declined, whatever the numbers, first")
@@ -213,7 +217,7 @@ func TestInABrowser(t *testing.T) {
 	})
 
 	t.Run("a failed run shows its error and is replayed", func(t *testing.T) {
-		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/runs/"+declined))
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+declined))
 		require.Equal(t, "failed", text(t, ctx, "status"))
 		require.Contains(t, text(t, ctx, "run-error"), "card 4242 declined for order 17")
 		failedRow := eval[string](t, ctx, `document.querySelector('#timeline tr[data-outcome="failed"]').textContent`)
@@ -227,8 +231,8 @@ func TestInABrowser(t *testing.T) {
 		require.Contains(t, text(t, ctx, "flash"), "Replayed")
 		require.Contains(t, []string{"running", "completed"}, text(t, ctx, "status"))
 
-		fx.wait(declined, journal.Completed)
-		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/runs/"+declined))
+		fx.Wait(declined, journal.Completed)
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+declined))
 		require.Equal(t, "completed", text(t, ctx, "status"))
 		kinds := eval[[]string](t, ctx, `[...document.querySelectorAll("#timeline tr[data-kind]")].map(r => r.dataset.kind + ":" + r.dataset.outcome)`)
 		require.Contains(t, kinds, "replay:replayed")
@@ -236,7 +240,7 @@ func TestInABrowser(t *testing.T) {
 	})
 
 	t.Run("the charts draw the last hour", func(t *testing.T) {
-		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/charts"))
+		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/charts"))
 		started := eval[int](t, ctx, `[...document.querySelectorAll("rect.started")].reduce((n, r) => n + Number(r.textContent.split(": ")[1]), 0)`)
 		require.Equal(t, 6, started, "every run started this hour, in one column or two")
 		require.Equal(t, 2, eval[int](t, ctx, `[...document.querySelectorAll("rect.failed")].reduce((n, r) => n + Number(r.textContent.split(": ")[1]), 0)`),
@@ -252,9 +256,9 @@ func TestInABrowser(t *testing.T) {
 // the login form, and the page it asked for once it signed in.
 func TestInABrowserTheTokenIsRequired(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, dashboard.Config{Token: "browser-t0ken"})
+	fx := dashboardtest.New(t, dashboard.Config{Token: "browser-t0ken"})
 	ctx := browser(t)
-	require.Equal(t, int64(http.StatusUnauthorized), open(t, ctx, fx.srv.URL+"/failed"))
+	require.Equal(t, int64(http.StatusUnauthorized), open(t, ctx, fx.Srv.URL+"/failed"))
 	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("token")), chromedp.SendKeys(chromedp.ID("token"), "wrong")))
 	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("login")))
 	require.NoError(t, err)
@@ -267,7 +271,7 @@ func TestInABrowserTheTokenIsRequired(t *testing.T) {
 	require.Equal(t, int64(http.StatusOK), resp.Status)
 	loc, err := chromedp.Run(ctx, chromedp.Location())
 	require.NoError(t, err)
-	require.Equal(t, fx.srv.URL+"/failed", loc, "back to the page it asked for")
+	require.Equal(t, fx.Srv.URL+"/failed", loc, "back to the page it asked for")
 	require.Equal(t, "No failed runs.", text(t, ctx, "no-failed"))
 }
 
@@ -282,17 +286,17 @@ func TestInABrowserGroupReplay(t *testing.T) {
 	const n = 150
 	// Each run's lookup takes 20 ms: the replay takes three seconds or so,
 	// long enough for its progress page to be seen.
-	fx := newFixture(t, dashboard.Config{}, 20*time.Millisecond)
+	fx := dashboardtest.New(t, dashboard.Config{}, 20*time.Millisecond)
 	ctx := browser(t)
 	opened := dialogs(t, ctx)
-	var orders []order
+	var orders []dashboardtest.Order
 	for i := range n {
-		orders = append(orders, order{ID: fmt.Sprint(i), Fail: fmt.Sprintf("card %d declined", 1000+i)})
+		orders = append(orders, dashboardtest.Order{ID: fmt.Sprint(i), Fail: fmt.Sprintf("card %d declined", 1000+i)})
 	}
-	ids := fx.startAll(orders, journal.Failed)
-	fx.h.WaitDepth(fx.flow+".charge"+broker.DeadLetterSuffix, n, 10*time.Second)
+	ids := fx.StartAll(orders, journal.Failed)
+	fx.H.WaitDepth(fx.Flow+".charge"+broker.DeadLetterSuffix, n, 10*time.Second)
 
-	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.srv.URL+"/failed"))
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/failed"))
 	resp, err := chromedp.RunResponse(ctx, chromedp.Click(`.group button.replay-group`, chromedp.NodeVisible))
 	require.NoError(t, err)
 	require.Equal(t, int64(http.StatusOK), resp.Status)
@@ -319,11 +323,11 @@ func TestInABrowserGroupReplay(t *testing.T) {
 	require.Equal(t, int64(http.StatusOK), open(t, ctx, loc))
 	require.Equal(t, fmt.Sprintf("Replayed %d of %d runs", n, n), text(t, ctx, "replayed"), "reloaded")
 	for _, id := range ids {
-		fx.wait(id, journal.Completed)
+		fx.Wait(id, journal.Completed)
 	}
 	for _, id := range ids {
-		require.Equal(t, 1, fx.replays(id), "run %s replayed once", id)
-		require.Equal(t, 2, fx.charges(id), "run %s charged once more", id)
+		require.Equal(t, 1, fx.Replays(id), "run %s replayed once", id)
+		require.Equal(t, 2, fx.Charges(id), "run %s charged once more", id)
 	}
 	require.Equal(t, int32(0), opened.Load(), "no page opened a dialog")
 }

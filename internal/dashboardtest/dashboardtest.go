@@ -1,4 +1,9 @@
-package dashboard_test
+// Package dashboardtest is the dashboard's test fixture: a flow of the
+// test's own worked on the loopback, a dashboard beside it on the same
+// journal, and an HTTP client that behaves like a browser. The dashboard's
+// own tests and its browser tests (a module of their own, for chromedp)
+// share it.
+package dashboardtest
 
 import (
 	"context"
@@ -27,29 +32,30 @@ import (
 	"github.com/acemq/acemq-flow/internal/testenv"
 )
 
-// order is the payload of the test flow: a run whose Fail is set fails
+// Order is the payload of the test flow: a run whose Fail is set fails
 // for good at charge with that text, the first time only, so that a
 // replay completes it.
-type order struct {
+type Order struct {
 	ID   string `json:"id"`
 	Fail string `json:"fail,omitempty"`
 }
 
-// fixture is a flow of the test's own worked by a worker engine on the
+// Fixture is a flow of the test's own worked by a worker engine on the
 // loopback, and a dashboard on the same journal whose engine has no
 // worker: as `acemq-flow dashboard` runs beside the workers.
-type fixture struct {
-	t       *testing.T
-	h       *brokertest.Harness
-	journal *journal.Memory
-	worker  *engine.Engine
-	// eng is the dashboard's engine: the flow registered, no worker; its
-	// connection's metrics go to metrics.
-	eng     *engine.Engine
-	metrics *sdkmetric.ManualReader
-	flow    string
-	dash    *dashboard.Dashboard
-	srv     *httptest.Server
+type Fixture struct {
+	T       *testing.T
+	H       *brokertest.Harness
+	Journal *journal.Memory
+	// Worker works the flow.
+	Worker *engine.Engine
+	// Eng is the dashboard's engine: the flow registered, no worker; its
+	// connection's metrics go to Metrics.
+	Eng     *engine.Engine
+	Metrics *sdkmetric.ManualReader
+	Flow    string
+	Dash    *dashboard.Dashboard
+	Srv     *httptest.Server
 
 	mu      sync.Mutex
 	charged map[string]int
@@ -68,63 +74,63 @@ func (s slowLookups) Run(ctx context.Context, id string) (journal.Run, error) {
 	return s.Journal.Run(ctx, id)
 }
 
-// newFixture is a fixture with a dashboard of cfg (on the fixture's journal
+// New is a fixture with a dashboard of cfg (on the fixture's journal
 // and engine unless cfg names its own); lookup, when positive, is how long
 // each run lookup of the dashboard's engine takes.
-func newFixture(t *testing.T, cfg dashboard.Config, lookup ...time.Duration) *fixture {
+func New(t *testing.T, cfg dashboard.Config, lookup ...time.Duration) *Fixture {
 	t.Helper()
-	fx := &fixture{t: t, flow: testenv.Name(t, "flow"), charged: map[string]int{}}
-	fx.h = brokertest.New(t, "memory://"+testenv.Name(t, "broker"), false)
+	fx := &Fixture{T: t, Flow: testenv.Name(t, "flow"), charged: map[string]int{}}
+	fx.H = brokertest.New(t, "memory://"+testenv.Name(t, "broker"), false)
 	j, err := journal.NewMemory(0)
 	require.NoError(t, err)
-	fx.journal = j
-	def := dsl.Flow(fx.flow,
-		dsl.Step("validate", func(_ context.Context, o order) (order, error) { return o, nil }).
-			Compensate(func(context.Context, order) error { return nil }),
+	fx.Journal = j
+	def := dsl.Flow(fx.Flow,
+		dsl.Step("validate", func(_ context.Context, o Order) (Order, error) { return o, nil }).
+			Compensate(func(context.Context, Order) error { return nil }),
 		dsl.Step("charge", fx.charge),
 		// A failed run waits for a replay rather than compensating at once.
 		dsl.HoldForReplay(time.Hour),
 	)
-	fx.worker = fx.engine(def, broker.Config{})
-	w, err := fx.worker.StartWorker(brokertest.Ctx(t))
+	fx.Worker = fx.Engine(def, broker.Config{})
+	w, err := fx.Worker.StartWorker(brokertest.Ctx(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, w.Close(context.Background())) })
-	fx.metrics = sdkmetric.NewManualReader()
+	fx.Metrics = sdkmetric.NewManualReader()
 	var ej journal.Journal = j
 	if len(lookup) > 0 {
 		ej = slowLookups{Journal: j, delay: lookup[0]}
 	}
-	fx.eng = fx.engineOn(def, broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(fx.metrics))}, ej)
+	fx.Eng = fx.EngineOn(def, broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(fx.Metrics))}, ej)
 	if cfg.Journal == nil && cfg.Engine == nil {
-		cfg.Journal, cfg.Engine = j, fx.eng
+		cfg.Journal, cfg.Engine = j, fx.Eng
 	}
 	cfg.Logger = testenv.Logger(t)
-	fx.dash, err = dashboard.New(cfg)
+	fx.Dash, err = dashboard.New(cfg)
 	require.NoError(t, err)
 	// Closed before the engines (cleanups run last first).
-	t.Cleanup(func() { require.NoError(t, fx.dash.Close(context.Background())) })
-	fx.srv = httptest.NewServer(fx.dash)
-	t.Cleanup(fx.srv.Close)
+	t.Cleanup(func() { require.NoError(t, fx.Dash.Close(context.Background())) })
+	fx.Srv = httptest.NewServer(fx.Dash)
+	t.Cleanup(fx.Srv.Close)
 	return fx
 }
 
-// engine is an engine on a connection of its own (bc) to the test's
+// Engine is an engine on a connection of its own (bc) to the test's
 // broker, recording in the shared journal, with def registered.
-func (fx *fixture) engine(def *dsl.FlowDef, bc broker.Config) *engine.Engine {
-	return fx.engineOn(def, bc, fx.journal)
+func (fx *Fixture) Engine(def *dsl.FlowDef, bc broker.Config) *engine.Engine {
+	return fx.EngineOn(def, bc, fx.Journal)
 }
 
-// engineOn is engine recording in j.
-func (fx *fixture) engineOn(def *dsl.FlowDef, bc broker.Config, j journal.Journal) *engine.Engine {
-	conn := fx.h.Open(bc)
+// EngineOn is Engine recording in j.
+func (fx *Fixture) EngineOn(def *dsl.FlowDef, bc broker.Config, j journal.Journal) *engine.Engine {
+	conn := fx.H.Open(bc)
 	eng, err := engine.New(engine.Config{Conn: conn, Journal: j})
-	require.NoError(fx.t, err)
-	fx.t.Cleanup(func() { require.NoError(fx.t, eng.Close(context.Background())) })
-	require.NoError(fx.t, eng.Register(def))
+	require.NoError(fx.T, err)
+	fx.T.Cleanup(func() { require.NoError(fx.T, eng.Close(context.Background())) })
+	require.NoError(fx.T, eng.Register(def))
 	return eng
 }
 
-func (fx *fixture) charge(ctx context.Context, o order) (order, error) {
+func (fx *Fixture) charge(ctx context.Context, o Order) (Order, error) {
 	m, _ := broker.Handling(ctx)
 	fx.mu.Lock()
 	fx.charged[m.RunID]++
@@ -136,35 +142,35 @@ func (fx *fixture) charge(ctx context.Context, o order) (order, error) {
 	return o, nil
 }
 
-// start starts a run and waits until the journal shows it in want.
-func (fx *fixture) start(o order, want journal.Status) string {
-	fx.t.Helper()
-	return fx.startAll([]order{o}, want)[0]
+// Start starts a run and waits until the journal shows it in want.
+func (fx *Fixture) Start(o Order, want journal.Status) string {
+	fx.T.Helper()
+	return fx.StartAll([]Order{o}, want)[0]
 }
 
-// startAll starts a run for each order, then waits until the journal
+// startAll starts a run for each Order, then waits until the journal
 // shows each in want.
-func (fx *fixture) startAll(orders []order, want journal.Status) []string {
-	fx.t.Helper()
+func (fx *Fixture) StartAll(orders []Order, want journal.Status) []string {
+	fx.T.Helper()
 	var ids []string
 	for _, o := range orders {
-		res, err := fx.worker.Start(brokertest.Ctx(fx.t), fx.flow, o)
-		require.NoError(fx.t, err)
+		res, err := fx.Worker.Start(brokertest.Ctx(fx.T), fx.Flow, o)
+		require.NoError(fx.T, err)
 		ids = append(ids, res.RunID)
 	}
 	for _, id := range ids {
-		fx.wait(id, want)
+		fx.Wait(id, want)
 	}
 	return ids
 }
 
-// published is how many messages the dashboard's engine published through
+// Published is how many messages the dashboard's engine published through
 // the default exchange and the broker confirmed: replayed copies, and the
 // messages a pass over a queue puts back in it.
-func (fx *fixture) published() int64 {
-	fx.t.Helper()
+func (fx *Fixture) Published() int64 {
+	fx.T.Helper()
 	var rm metricdata.ResourceMetrics
-	require.NoError(fx.t, fx.metrics.Collect(context.Background(), &rm))
+	require.NoError(fx.T, fx.Metrics.Collect(context.Background(), &rm))
 	var n int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -184,11 +190,11 @@ func (fx *fixture) published() int64 {
 	return n
 }
 
-// replays is how many replays the run's timeline shows.
-func (fx *fixture) replays(runID string) int {
-	fx.t.Helper()
-	tl, err := fx.journal.Timeline(context.Background(), runID)
-	require.NoError(fx.t, err)
+// Replays is how many replays the run's timeline shows.
+func (fx *Fixture) Replays(runID string) int {
+	fx.T.Helper()
+	tl, err := fx.Journal.Timeline(context.Background(), runID)
+	require.NoError(fx.T, err)
 	n := 0
 	for _, e := range tl {
 		if e.Kind == journal.KindReplay {
@@ -198,35 +204,36 @@ func (fx *fixture) replays(runID string) int {
 	return n
 }
 
-// charges is how many times charge ran for the run.
-func (fx *fixture) charges(runID string) int {
+// Charges is how many times charge ran for the run.
+func (fx *Fixture) Charges(runID string) int {
 	fx.mu.Lock()
 	defer fx.mu.Unlock()
 	return fx.charged[runID]
 }
 
-func (fx *fixture) wait(runID string, want journal.Status) journal.Run {
-	fx.t.Helper()
+// Wait waits until the journal shows the run in want, and returns it.
+func (fx *Fixture) Wait(runID string, want journal.Status) journal.Run {
+	fx.T.Helper()
 	var r journal.Run
-	require.Eventually(fx.t, func() bool {
+	require.Eventually(fx.T, func() bool {
 		var err error
-		r, err = fx.journal.Run(context.Background(), runID)
+		r, err = fx.Journal.Run(context.Background(), runID)
 		return err == nil && r.Status == want
 	}, 15*time.Second, 10*time.Millisecond, "run %s never became %s", runID, want)
 	return r
 }
 
-// client is a browser-like HTTP client: cookies kept, redirects not
+// Client is a browser-like HTTP client: cookies kept, redirects not
 // followed, so that each answer can be looked at.
-func client(t *testing.T) *http.Client {
+func Client(t *testing.T) *http.Client {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-// do sends a request and returns the status, the body and the answer.
-func do(t *testing.T, c *http.Client, method, u string, form url.Values, header map[string]string) (int, string, *http.Response) {
+// Do sends a request and returns the status, the body and the answer.
+func Do(t *testing.T, c *http.Client, method, u string, form url.Values, header map[string]string) (int, string, *http.Response) {
 	t.Helper()
 	var body io.Reader
 	if form != nil {
@@ -250,8 +257,8 @@ func do(t *testing.T, c *http.Client, method, u string, form url.Values, header 
 
 var reCSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
-// csrf is the CSRF token of a page's forms.
-func csrf(t *testing.T, page string) string {
+// CSRF is the CSRF token of a page's forms.
+func CSRF(t *testing.T, page string) string {
 	t.Helper()
 	m := reCSRF.FindStringSubmatch(page)
 	require.NotNil(t, m, "no CSRF token in the page")

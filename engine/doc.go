@@ -9,6 +9,14 @@
 //	w, err := eng.StartWorker(ctx)   // or eng.Run(ctx): until ctx ends
 //	defer w.Close(ctx)
 //
+// Without a Journal and a Store the engine keeps runs and step claims in
+// its process's memory. Workers sharing a PostgreSQL database take theirs
+// from package enginepg, which opens the journal, the idempotency store and
+// the cron guard in one call:
+//
+//	stores, err := enginepg.Open(ctx, databaseURL, enginepg.Config{Migrations: enginepg.ApplyMigrations})
+//	eng, err := engine.New(stores.Engine(engine.Config{Conn: conn}))
+//
 // # What a flow becomes
 //
 // A flow of fixed steps is a declared pipeline: exchange <flow> (direct),

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/testenv"
 	"github.com/acemq/acemq-flow/patterns"
 	"github.com/acemq/acemq-flow/persistence"
 )
@@ -20,7 +21,7 @@ import (
 // amqp:// URL is RabbitMQ.)
 func ExampleSQLOutboxStore() {
 	ctx := context.Background()
-	db, err := pgxpool.New(ctx, exampleDatabaseURL())
+	db, err := pgxpool.New(ctx, testenv.ExampleDatabaseURL())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -97,7 +98,7 @@ func ExampleSQLOutboxStore() {
 // duplicate. PurgeExpired belongs on a schedule.
 func ExampleSQLIdempotencyStore() {
 	ctx := context.Background()
-	db, err := pgxpool.New(ctx, exampleDatabaseURL())
+	db, err := pgxpool.New(ctx, testenv.ExampleDatabaseURL())
 	if err != nil {
 		fmt.Println(err)
 		return

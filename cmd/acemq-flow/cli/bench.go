@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/broker/rabbitmq"
+	"github.com/acemq/acemq-flow/engine/enginepg"
 	"github.com/acemq/acemq-flow/internal/benchmark"
 )
 
@@ -69,13 +70,13 @@ func (a *app) benchCommand() *cobra.Command {
 				cfg.URL = EmbeddedURL + "acemq-bench"
 				fmt.Fprintln(cmd.ErrOrStderr(), "measuring the embedded in-process broker (--url "+EmbeddedURL+")")
 			}
-			db, err := a.openDatabase(cmd)
+			db, err := a.openStores(cmd, enginepg.Config{Migrations: enginepg.SkipMigrations})
 			if err != nil {
 				return err
 			}
-			defer db.close()
+			defer db.Close()
 			if db != nil {
-				cfg.DB, cfg.DatabaseName = db.pool, db.name
+				cfg.DB, cfg.DatabaseName = db.Pool(), db.Name()
 			} else if only != "" && slices.Contains(scenarios, "outbox") {
 				return fmt.Errorf("--only outbox: %w", ErrNoDatabase)
 			}

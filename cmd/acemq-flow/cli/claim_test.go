@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/engine/enginepg"
 	"github.com/acemq/acemq-flow/patterns"
-	"github.com/acemq/acemq-flow/persistence"
 )
 
 // TestWorkerRefusesANegativeClaimTimeout: the flag is checked before
@@ -34,15 +34,18 @@ func TestStoreClaimTimeout(t *testing.T) {
 	a := &app{databaseURL: url}
 	cmd := &cobra.Command{}
 	cmd.SetContext(ctx)
-	d, err := a.openDatabase(cmd)
+	// The session's stores, as a worker with --claim-timeout 300ms opens
+	// them (migrated first: the test's schema is new).
+	cfg := sessionConfig{claimTimeout: 300 * time.Millisecond}.database()
+	cfg.Migrations = enginepg.ApplyMigrations
+	d, err := a.openStores(cmd, cfg)
 	require.NoError(t, err)
-	defer d.pool.Close()
-	require.NoError(t, persistence.Migrate(ctx, d.pool))
-
-	short, err := d.store(300 * time.Millisecond)
+	defer d.Close()
+	short := d.Idempotency()
+	o, err := a.openStores(cmd, sessionConfig{}.database())
 	require.NoError(t, err)
-	other, err := d.store(0)
-	require.NoError(t, err)
+	defer o.Close()
+	other := o.Idempotency()
 	key := "claim-" + broker.NewID()
 	c, err := short.Claim(ctx, key)
 	require.NoError(t, err)

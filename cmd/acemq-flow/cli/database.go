@@ -5,30 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/enginepg"
 	"github.com/acemq/acemq-flow/engine/journal"
-	"github.com/acemq/acemq-flow/patterns"
-	"github.com/acemq/acemq-flow/persistence"
 )
 
 // databaseFlag names --database-url and its environment fallback, in the
 // errors and notes that are about the database.
 const databaseFlag = "--database-url / ACEMQ_DATABASE_URL"
-
-// databaseConnectTimeout bounds the first connection to the database, so
-// that an address nothing answers on is an error, not a hang.
-const databaseConnectTimeout = 10 * time.Second
 
 // ErrNoDatabase: the command needs --database-url and none was given.
 var ErrNoDatabase = errors.New("no database: set " + databaseFlag + " to a PostgreSQL URL")
@@ -48,173 +35,41 @@ const (
 // undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
 const undefinedTable = "42P01"
 
-// database is the PostgreSQL database --database-url selects.
-type database struct {
-	pool *pgxpool.Pool
-	// program is the binary's name, for the command a hint suggests.
-	program string
-	// name is the database for messages: user, host, port and database,
-	// never the password.
-	name string
-	// secrets are the password and the key's password (sslpassword),
-	// taken out of every error's text.
-	secrets []string
-}
-
-// openDatabase connects to --database-url, or returns nil when none was
-// given. It fails, naming the flag, when the URL does not parse or nothing
-// answers there within databaseConnectTimeout.
-func (a *app) openDatabase(cmd *cobra.Command) (*database, error) {
+// openStores opens the stores on the database --database-url names, as
+// cfg says, or returns nil when none was given. It fails, naming the flag
+// (and never the password), when the URL does not parse, nothing answers
+// there within enginepg.DefaultConnectTimeout, or cfg.Migrations refuses.
+// Close the stores when done (nil-safe).
+func (a *app) openStores(cmd *cobra.Command, cfg enginepg.Config) (*enginepg.Stores, error) {
 	if a.databaseURL == "" {
 		return nil, nil
 	}
-	d := &database{name: "the database", program: a.name, secrets: connSecrets(a.databaseURL)}
-	cfg, err := pgxpool.ParseConfig(a.databaseURL)
+	s, err := enginepg.Open(cmd.Context(), a.databaseURL, cfg)
 	if err != nil {
-		return nil, d.errorf("%w", err)
-	}
-	cc := cfg.ConnConfig
-	if cc.Password != "" {
-		d.secrets = append(d.secrets, cc.Password)
-	}
-	d.name = (&url.URL{Scheme: "postgres", User: url.User(cc.User), Host: net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))), Path: "/" + cc.Database}).String()
-	ctx, cancel := context.WithTimeout(cmd.Context(), databaseConnectTimeout)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, d.errorf("connect to %s: %w", d.name, err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, d.errorf("connect to %s: %w", d.name, err)
-	}
-	d.pool = pool
-	return d, nil
-}
-
-// connSecrets are the password and sslpassword (which decrypts sslkey) of
-// a connection string, URL or keyword/value form, as far as they can be
-// read without parsing it as pgx does: pgx's own errors already hide the
-// password, and these are taken out of whatever else an error says.
-func connSecrets(raw string) []string {
-	var out []string
-	if u, err := url.Parse(raw); err == nil && u.Scheme != "" {
-		if p, ok := u.User.Password(); ok && p != "" {
-			out = append(out, p)
-		}
-		if p := u.Query().Get("sslpassword"); p != "" {
-			out = append(out, p)
-		}
-		return out
-	}
-	for _, kv := range strings.Fields(raw) {
-		k, v, _ := strings.Cut(kv, "=")
-		if (k == "password" || k == "sslpassword") && strings.Trim(v, "'") != "" {
-			out = append(out, strings.Trim(v, "'"))
-		}
-	}
-	return out
-}
-
-// errorf is an error about the database that names the flag and never
-// shows the password or sslpassword.
-func (d *database) errorf(format string, args ...any) error {
-	err := fmt.Errorf(databaseFlag+": "+format, args...)
-	msg := err.Error()
-	for _, s := range d.secrets {
-		msg = strings.ReplaceAll(msg, s, "xxxxx")
-	}
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
-}
-
-// redactedError is an error whose text had a secret taken out; errors.Is
-// and errors.As still see what it wraps.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// close closes the pool; nil-safe, since a command without a database
-// has none.
-func (d *database) close() {
-	if d != nil {
-		d.pool.Close()
-	}
-}
-
-// journal is the run journal on the database; a worker purges runs that
-// ended longer than retention ago (0: none).
-func (d *database) journal(retention time.Duration) (journal.Journal, error) {
-	j, err := persistence.NewSQLJournal(d.pool, persistence.SQLJournalConfig{Retention: retention})
-	if err != nil {
-		return nil, d.errorf("run journal: %w", err)
-	}
-	return j, nil
-}
-
-// store is the idempotency store on the database, shared by every worker;
-// its claims last claimTimeout (0 = persistence.DefaultClaimTimeout).
-func (d *database) store(claimTimeout time.Duration) (patterns.ResultStore, error) {
-	s, err := persistence.NewSQLIdempotencyStore(d.pool, persistence.SQLIdempotencyStoreConfig{ClaimTimeout: claimTimeout})
-	if err != nil {
-		return nil, d.errorf("idempotency store: %w", err)
+		return nil, databaseError(err)
 	}
 	return s, nil
 }
 
-// cronGuard decides, for every worker on the database, which one starts a
-// cron tick's run.
-func (d *database) cronGuard() (engine.CronGuard, error) {
-	g, err := persistence.NewSQLCronGuard(d.pool, persistence.Tables{})
-	if err != nil {
-		return nil, d.errorf("cron guard: %w", err)
-	}
-	return g, nil
-}
-
-// appliedVersions lists the migrations the database has applied; none
-// when it has never been migrated (no migrations table yet).
-func (d *database) appliedVersions(ctx context.Context) ([]int, error) {
-	v, err := persistence.AppliedVersions(ctx, d.pool, persistence.Tables{})
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == undefinedTable {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, d.errorf("%w", err)
-	}
-	return v, nil
-}
+// databaseError is an error about the database that names the flag.
+func databaseError(err error) error { return fmt.Errorf("%s: %w", databaseFlag, err) }
 
 // warnUnmigrated logs a warning when the database lacks some of the
 // migrations this binary embeds: its tables are missing or out of date.
 // Only a warning, since another tool may own the schema.
-func (d *database) warnUnmigrated(ctx context.Context, log *slog.Logger) {
-	applied, err := d.appliedVersions(ctx)
+func (a *app) warnUnmigrated(ctx context.Context, s *enginepg.Stores, log *slog.Logger) {
+	missing, err := s.Missing(ctx)
 	if err != nil {
-		log.Warn("could not read which migrations the database applied", slog.String("database", d.name), slog.Any("error", err))
+		log.Warn("could not read which migrations the database applied", slog.String("database", s.Name()), slog.Any("error", databaseError(err)))
 		return
-	}
-	all, err := persistence.Migrations()
-	if err != nil {
-		log.Warn("could not read the embedded migrations", slog.Any("error", err))
-		return
-	}
-	var missing []string
-	for _, m := range all {
-		if !slices.Contains(applied, m.Version) {
-			missing = append(missing, fmt.Sprintf("%04d_%s", m.Version, m.Name))
-		}
 	}
 	if len(missing) > 0 {
-		log.Warn("the database has not applied every migration: run `"+d.program+" migrate` (unless another tool owns the schema)",
-			slog.String("database", d.name), slog.Any("missing", missing))
+		names := make([]string, len(missing))
+		for i, m := range missing {
+			names[i] = fmt.Sprintf("%04d_%s", m.Version, m.Name)
+		}
+		log.Warn("the database has not applied every migration: run `"+a.name+" migrate` (unless another tool owns the schema)",
+			slog.String("database", s.Name()), slog.Any("missing", names))
 	}
 }
 
@@ -245,11 +100,11 @@ func (a *app) openRunsJournal(cmd *cobra.Command) (journal.Journal, func(), erro
 // or, without one, an empty in-memory journal, saying on stderr why it is
 // empty. Call the returned function when done.
 func (a *app) openJournal(cmd *cobra.Command) (journal.Journal, func(), error) {
-	db, err := a.openDatabase(cmd)
+	s, err := a.openStores(cmd, enginepg.Config{Migrations: enginepg.SkipMigrations})
 	if err != nil {
 		return nil, nil, err
 	}
-	if db == nil {
+	if s == nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), noDatabaseReader)
 		j, err := journal.NewMemory(0)
 		if err != nil {
@@ -257,10 +112,5 @@ func (a *app) openJournal(cmd *cobra.Command) (journal.Journal, func(), error) {
 		}
 		return j, func() {}, nil
 	}
-	j, err := db.journal(0)
-	if err != nil {
-		db.close()
-		return nil, nil, err
-	}
-	return j, db.close, nil
+	return s.Journal(), s.Close, nil
 }

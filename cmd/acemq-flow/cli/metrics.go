@@ -77,8 +77,8 @@ func (o *observer) run(ctx context.Context, s *session, fn func(started func(*en
 	checks := []observe.Check{observe.BrokerCheck(s.conn), o.gate.Check()}
 	if s.db != nil {
 		checks = append(checks, observe.Check{Name: "database", Run: func(ctx context.Context) error {
-			if err := s.db.pool.Ping(ctx); err != nil {
-				return s.db.errorf("%s does not answer: %w", s.db.name, err)
+			if err := s.db.Ping(ctx); err != nil {
+				return databaseError(err)
 			}
 			return nil
 		}})

@@ -2,11 +2,11 @@ package cli
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/acemq/acemq-flow/engine/enginepg"
 	"github.com/acemq/acemq-flow/persistence"
 )
 
@@ -37,12 +37,12 @@ func (a *app) migrateCommand() *cobra.Command {
 			if a.databaseURL == "" {
 				return fmt.Errorf("migrate: %w", ErrNoDatabase)
 			}
-			db, err := a.openDatabase(cmd)
+			db, err := a.openStores(cmd, enginepg.Config{Migrations: enginepg.ApplyMigrations})
 			if err != nil {
 				return err
 			}
-			defer db.close()
-			res, err := migrate(cmd, db)
+			defer db.Close()
+			res, err := migrated(cmd, db)
 			if err != nil {
 				return err
 			}
@@ -56,28 +56,15 @@ func (a *app) migrateCommand() *cobra.Command {
 	return cmd
 }
 
-// migrate applies what the database lacks and works out what that was.
-func migrate(cmd *cobra.Command, db *database) (migrateResult, error) {
-	ctx := cmd.Context()
-	res := migrateResult{Database: db.name, Applied: []migrationJSON{}}
-	before, err := db.appliedVersions(ctx)
-	if err != nil {
-		return res, err
+// migrated is what opening db applied, and every version it has now.
+func migrated(cmd *cobra.Command, db *enginepg.Stores) (migrateResult, error) {
+	res := migrateResult{Database: db.Name(), Applied: []migrationJSON{}}
+	for _, m := range db.Applied() {
+		res.Applied = append(res.Applied, migrationJSON{Version: m.Version, Name: m.Name})
 	}
-	if err := persistence.Migrate(ctx, db.pool); err != nil {
-		return res, db.errorf("migrate %s: %w", db.name, err)
-	}
-	if res.Versions, err = db.appliedVersions(ctx); err != nil {
-		return res, err
-	}
-	all, err := persistence.Migrations()
-	if err != nil {
-		return res, err
-	}
-	for _, m := range all {
-		if slices.Contains(res.Versions, m.Version) && !slices.Contains(before, m.Version) {
-			res.Applied = append(res.Applied, migrationJSON{Version: m.Version, Name: m.Name})
-		}
+	var err error
+	if res.Versions, err = persistence.AppliedVersions(cmd.Context(), db.Pool(), persistence.Tables{}); err != nil {
+		return res, databaseError(err)
 	}
 	return res, nil
 }

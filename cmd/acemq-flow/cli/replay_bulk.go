@@ -75,7 +75,7 @@ func parseRate(s string) (float64, error) {
 // summary at the end (one JSON document with -o json), and on Ctrl-C what
 // was done so far, then ErrInterrupted (exit status ExitInterrupted).
 func (a *app) bulkReplay(cmd *cobra.Command, s *session, f bulkFlags, output outputFormat) error {
-	if !s.shared {
+	if !s.shared() {
 		return fmt.Errorf("replay: %w", errors.New("choosing failed runs needs the run journal every worker writes: give "+databaseFlag))
 	}
 	rate, err := parseRate(f.rate)

@@ -69,7 +69,7 @@ func (a *app) scheduleListCommand() *cobra.Command {
 				return err
 			}
 			defer s.close(cmd.Context(), &err)
-			if !s.shared {
+			if !s.shared() {
 				return fmt.Errorf("schedule list: %w", errScheduleNeedsDatabase)
 			}
 			waiting, err := s.eng.Schedules(cmd.Context(), flow, limit)
@@ -178,7 +178,7 @@ func (a *app) scheduleCancelCommand() *cobra.Command {
 				return err
 			}
 			defer s.close(cmd.Context(), &err)
-			if !s.shared {
+			if !s.shared() {
 				return fmt.Errorf("schedule cancel: %w", errScheduleNeedsDatabase)
 			}
 			id, err := a.resolveRunID(cmd.Context(), s.eng.Journal(), args[0])

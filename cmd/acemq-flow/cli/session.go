@@ -13,6 +13,7 @@ import (
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/broker/rabbitmq"
 	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/enginepg"
 )
 
 // brokerFlags are the flags of every command that talks to the broker.
@@ -75,9 +76,6 @@ type sessionConfig struct {
 	// closeTimeout bounds the drain of workers and the close of the
 	// connection (0 = the broker's default).
 	closeTimeout time.Duration
-	// store asks for the shared idempotency store (workers only: nothing
-	// else runs steps).
-	store bool
 	// noDatabase is said on stderr when there is no database ("" = say
 	// nothing).
 	noDatabase string
@@ -92,15 +90,21 @@ type sessionConfig struct {
 	claimTimeout time.Duration
 }
 
+// database is how the session opens the stores: the schema only warned
+// about (another tool may own it; warnUnmigrated), the worker's settings
+// in. The store and the cron guard go to every command's engine, and only
+// a worker uses them.
+func (sc sessionConfig) database() enginepg.Config {
+	return enginepg.Config{Migrations: enginepg.SkipMigrations, JournalRetention: sc.journalRetention, ClaimTimeout: sc.claimTimeout}
+}
+
 // session is an engine with the connection and database it runs on, for
 // one command; close it when done.
 type session struct {
-	db   *database
+	// db is nil without a database: the engine's stores are in memory.
+	db   *enginepg.Stores
 	conn *broker.Conn
 	eng  *engine.Engine
-	// shared says the journal is on the database, so runs other processes
-	// recorded can be seen.
-	shared bool
 }
 
 // openSession opens the database (first: a bad database URL fails before
@@ -113,7 +117,7 @@ func (a *app) openSession(cmd *cobra.Command, sc sessionConfig) (_ *session, err
 			s.close(cmd.Context(), &err)
 		}
 	}()
-	if s.db, err = a.openDatabase(cmd); err != nil {
+	if s.db, err = a.openStores(cmd, sc.database()); err != nil {
 		return nil, err
 	}
 	if s.db == nil && sc.noDatabase != "" {
@@ -122,25 +126,14 @@ func (a *app) openSession(cmd *cobra.Command, sc sessionConfig) (_ *session, err
 	if s.conn, err = a.openWith(cmd, sc.broker.url, broker.Config{Ladder: sc.broker.ladder, CloseTimeout: sc.closeTimeout}); err != nil {
 		return nil, err
 	}
-	cfg := engine.Config{Conn: s.conn, CloseTimeout: sc.closeTimeout}
+	cfg := engine.Config{Conn: s.conn, CloseTimeout: sc.closeTimeout, CronAlone: sc.cronAlone}
 	if s.db != nil {
-		s.db.warnUnmigrated(cmd.Context(), s.conn.Logger())
-		if cfg.Journal, err = s.db.journal(sc.journalRetention); err != nil {
-			return nil, err
-		}
-		s.shared = true
-		if sc.store {
-			if cfg.Store, err = s.db.store(sc.claimTimeout); err != nil {
-				return nil, err
-			}
-			// Every worker on the database fires cron triggers; the guard
-			// lets one of them start each tick's run.
-			if cfg.CronGuard, err = s.db.cronGuard(); err != nil {
-				return nil, err
-			}
-		}
+		a.warnUnmigrated(cmd.Context(), s.db, s.conn.Logger())
+		// Every worker on the database shares its journal, its claims
+		// and its cron ticks (the guard lets one worker start each
+		// tick's run).
+		cfg = s.db.Engine(cfg)
 	}
-	cfg.CronAlone = sc.cronAlone
 	if s.eng, err = engine.New(cfg); err != nil {
 		return nil, err
 	}
@@ -149,6 +142,10 @@ func (a *app) openSession(cmd *cobra.Command, sc sessionConfig) (_ *session, err
 	}
 	return s, nil
 }
+
+// shared says the journal is on the database, so runs other processes
+// recorded can be seen.
+func (s *session) shared() bool { return s.db != nil }
 
 // close flushes and closes the engine's journal writer, then closes the
 // connection and the database, even after the command's context was
@@ -163,5 +160,5 @@ func (s *session) close(ctx context.Context, err *error) {
 	if s.conn != nil {
 		closeConn(ctx, s.conn, err)
 	}
-	s.db.close()
+	s.db.Close()
 }

@@ -61,7 +61,7 @@ func (a *app) workerCommand() *cobra.Command {
 				return err
 			}
 			defer obs.close(cmd.Context(), &err)
-			s, err := a.openSession(cmd, sessionConfig{broker: bf, closeTimeout: closeTimeout, store: true,
+			s, err := a.openSession(cmd, sessionConfig{broker: bf, closeTimeout: closeTimeout,
 				noDatabase: noDatabaseWorker, journalRetention: retention, cronAlone: cronAlone,
 				claimTimeout: claimTimeout})
 			if err != nil {
@@ -126,7 +126,7 @@ func work(ctx context.Context, s *session, flows []string, started func(*engine.
 		started(w)
 	}
 	log.Info("worker started", slog.Any("flows", w.Flows()), slog.Any("queues", workedQueues(s.eng, w.Flows())),
-		slog.Bool("shared_journal", s.shared))
+		slog.Bool("shared_journal", s.shared()))
 	tick := time.NewTicker(consumerCheckInterval)
 	defer tick.Stop()
 	var ended error

@@ -31,12 +31,19 @@
 //
 // # A step, and what keeps it from running twice
 //
-// Every step runs inside the same handler: a span, metrics, an
-// idempotency claim keyed by (run id, position, step), the step's timeout,
-// and its retry policy on the consumer. The message the step produced is
-// kept under that key before it is sent (patterns.ResultStore), so a
-// redelivery after a lost confirm or a dead connection sends the same
-// message again instead of running the step a second time.
+// Every step, and every compensation, is a unit of patterns.Once, the
+// executor of work that must happen once: claimed under its key (run id,
+// replay, position, step), run (in the store's database transaction when
+// it is Transactional) under a span, metrics and the step's timeout, what
+// it produced kept under the key, carried out (its next message sent, what
+// its compensation will need put in the journal), and the key confirmed
+// once the journal has the outcome. A redelivery after a lost confirm or a
+// dead connection carries out what was kept, the same message again,
+// instead of running the step a second time; a next message that could not
+// be sent shows as "hop failed" in the timeline, and its retry sends it.
+// A delivery's engine headers are read once, and what its handler found
+// out travels with its Ack (broker.Ack.With) to the consumer's
+// BeforeSettle function and settle hook, which record it.
 //
 // # Compensation
 //

@@ -25,6 +25,15 @@ func outboxLoopback(t *testing.T) (*broker.Conn, context.Context) {
 	return conn, ctx
 }
 
+// newOutboxStore is an in-memory outbox with the default lease and
+// attempts.
+func newOutboxStore(t *testing.T) *patterns.InMemoryOutboxStore {
+	t.Helper()
+	s, err := patterns.NewInMemoryOutboxStore(patterns.InMemoryOutboxStoreConfig{})
+	require.NoError(t, err)
+	return s
+}
+
 func outboxAdd(t *testing.T, ctx context.Context, conn *broker.Conn, s *patterns.InMemoryOutboxStore, payload any, opts ...broker.PublishOption) {
 	t.Helper()
 	rec, err := patterns.Record(ctx, conn, payload, opts...)
@@ -56,7 +65,7 @@ func TestOutboxRelaySweepStopsAtFailureInOrder(t *testing.T) {
 	for _, inFlight := range []int{1, 8} {
 		conn, ctx := outboxLoopback(t)
 		require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology("orders")))
-		s := patterns.NewInMemoryOutboxStore()
+		s := newOutboxStore(t)
 		for i := range 5 {
 			outboxAdd(t, ctx, conn, s, i, broker.To("orders"))
 		}
@@ -97,7 +106,7 @@ func TestOutboxRelayPoisonRecordGivesWay(t *testing.T) {
 	t.Parallel()
 	conn, ctx := outboxLoopback(t)
 	require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology("orders")))
-	s := patterns.NewInMemoryOutboxStore()
+	s := newOutboxStore(t)
 	outboxAdd(t, ctx, conn, s, 99, broker.To("no-such-queue"))
 	outboxAdd(t, ctx, conn, s, 1, broker.To("orders"))
 	r, err := patterns.NewOutboxRelay(conn, s, patterns.OutboxRelayConfig{})
@@ -141,7 +150,7 @@ func TestOutboxRelayStartWakeClose(t *testing.T) {
 		return err
 	}), broker.WithRetry(broker.NoRetry()))
 	require.NoError(t, err)
-	s := &notifyingStore{InMemoryOutboxStore: patterns.NewInMemoryOutboxStore(), wakes: make(chan func(), 1)}
+	s := &notifyingStore{InMemoryOutboxStore: newOutboxStore(t), wakes: make(chan func(), 1)}
 	r, err := patterns.NewOutboxRelay(conn, s, patterns.OutboxRelayConfig{Interval: time.Hour})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(ctx))
@@ -162,17 +171,21 @@ func TestOutboxRelayConfigAndRecord(t *testing.T) {
 	conn, ctx := outboxLoopback(t)
 	for _, bad := range []patterns.OutboxRelayConfig{{Interval: -1}, {BatchSize: -1}, {InFlight: -1}, {PublishTimeout: -1}} {
 		require.ErrorIs(t, bad.Validate(), broker.ErrInvalidOption)
-		_, err := patterns.NewOutboxRelay(conn, patterns.NewInMemoryOutboxStore(), bad)
+		_, err := patterns.NewOutboxRelay(conn, newOutboxStore(t), bad)
 		require.ErrorIs(t, err, broker.ErrInvalidOption)
 	}
-	_, err := patterns.NewOutboxRelay(nil, patterns.NewInMemoryOutboxStore(), patterns.OutboxRelayConfig{})
+	_, err := patterns.NewOutboxRelay(nil, newOutboxStore(t), patterns.OutboxRelayConfig{})
 	require.ErrorIs(t, err, broker.ErrInvalidOption)
 	_, err = patterns.Record(ctx, nil, 1)
 	require.ErrorIs(t, err, broker.ErrInvalidOption)
 	_, err = patterns.Record(ctx, conn, 1, broker.Header("x-acemq-attempt", 3))
 	require.ErrorIs(t, err, broker.ErrReservedHeader)
-	_, err = patterns.NewInMemoryOutboxStore().Add(ctx, patterns.OutboxRecord{})
+	_, err = newOutboxStore(t).Add(ctx, patterns.OutboxRecord{})
 	require.ErrorIs(t, err, patterns.ErrInvalidOutboxRecord)
+	for _, bad := range []patterns.InMemoryOutboxStoreConfig{{Lease: -1}, {MaxAttempts: -1}} {
+		_, err := patterns.NewInMemoryOutboxStore(bad)
+		require.ErrorIs(t, err, broker.ErrInvalidOption)
+	}
 
 	// The record is what Publish would have sent.
 	rec, err := patterns.Record(ctx, conn, map[string]int{"n": 1}, broker.To("orders"), broker.Type("order.placed.v2"), broker.MessageID("m-1"))
@@ -211,7 +224,7 @@ func TestOutboxRelayLookaheadKeepsOrder(t *testing.T) {
 	t.Parallel()
 	conn, ctx := outboxLoopback(t)
 	require.NoError(t, conn.Declare(ctx, broker.ConsumerTopology("orders")))
-	s := patterns.NewInMemoryOutboxStore()
+	s := newOutboxStore(t)
 	for i := range 10 {
 		outboxAdd(t, ctx, conn, s, i, broker.To("orders"))
 	}

@@ -99,10 +99,14 @@ func (s *InMemoryIdempotencyStore) Confirm(_ context.Context, key string) error 
 }
 
 // Complete records that key's work was done, as Confirm does, and keeps a
-// copy of result with it until Confirm (the caller may reuse its buffer).
-// It never fails.
+// copy of result with it until Confirm (the caller may reuse its buffer);
+// a nil result is kept as an empty one. It never fails.
 func (s *InMemoryIdempotencyStore) Complete(_ context.Context, key string, result []byte) error {
 	kept := slices.Clone(result)
+	if kept == nil {
+		// nil is "nothing kept" to Result.
+		kept = []byte{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()

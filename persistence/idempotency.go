@@ -199,9 +199,13 @@ func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
 }
 
 // Complete records that key's work was done, as Confirm does, and keeps
-// result in its row until Confirm.
+// result in its row until Confirm; a nil result is kept as an empty one.
 func (s *SQLIdempotencyStore) Complete(ctx context.Context, key string, result []byte) error {
 	s.held.Delete(key)
+	if result == nil {
+		// NULL would read as "nothing kept".
+		result = []byte{}
+	}
 	_, err := s.db.Exec(ctx, s.sql.complete, []byte(key), s.holder, s.retention.Seconds(), result)
 	if err != nil {
 		return fmt.Errorf("idempotency %s: complete: %w", s.t.Idempotency, err)

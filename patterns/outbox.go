@@ -93,10 +93,13 @@ type OutboxStore interface {
 }
 
 // OutboxFailureMarker is an OutboxStore that counts the broker's refusals:
-// MarkFailed records one failed attempt of the record and releases its
-// lease. A record refused too often stops being claimed and stays for
-// somebody to inspect, rather than being tried for ever. The relay calls it
-// when the store has it.
+// MarkFailed records one failed attempt of a record the caller holds
+// (claimed, and not since marked, released or taken over by another
+// claimant) and releases its lease; for any other record it does nothing,
+// so one claim is at most one attempt and a claimant that lost a record
+// cannot count against the one that has it. A record refused too often
+// stops being claimed and stays for somebody to inspect, rather than being
+// tried for ever. The relay calls it when the store has it.
 type OutboxFailureMarker interface {
 	MarkFailed(ctx context.Context, id string, cause error) error
 }

@@ -167,12 +167,13 @@ func (s *InMemoryOutboxStore) MarkPublished(_ context.Context, ids ...string) er
 }
 
 // MarkFailed counts one refused attempt of the record, remembers why, and
-// releases its lease.
+// releases its lease. It does nothing to a record not under a lease (never
+// claimed, or released or marked failed since): that claim was settled.
 func (s *InMemoryOutboxStore) MarkFailed(_ context.Context, id string, cause error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.records {
-		if r.rec.ID == id {
+		if r.rec.ID == id && !r.leaseUntil.IsZero() {
 			r.rec.Attempts++
 			r.leaseUntil = time.Time{}
 			if cause != nil {

@@ -132,7 +132,12 @@ type OutboxLookahead interface {
 // taken over by a second relay halfway, which would publish it twice and
 // out of order. Lease says how long a claim lasts; Extend renews the
 // caller's leases on ids for another Lease and leaves records it no longer
-// holds alone. The relay extends every Lease/3 while it holds records.
+// holds (released, marked, or taken over by another claimant) alone. A
+// lease that ran out but that nobody took over is still the caller's and
+// is renewed: a relay that renews late, after a pause longer than the
+// lease, is still publishing those records, and letting them go then
+// would have a second relay publish them again halfway. The relay extends
+// every Lease/3 while it holds records.
 type OutboxLeaseExtender interface {
 	Lease() time.Duration
 	Extend(ctx context.Context, ids ...string) error

@@ -135,8 +135,9 @@ func (s *InMemoryOutboxStore) PendingAfter(_ context.Context, held []string, lim
 // Lease is how long a claim lasts.
 func (s *InMemoryOutboxStore) Lease() time.Duration { return s.lease }
 
-// Extend renews the live leases on the records with the given ids for
-// another Lease; records not under a live lease are left alone.
+// Extend renews the leases on the records with the given ids for another
+// Lease, also one that ran out (nobody took the record over since);
+// records not under a lease (released, marked failed) are left alone.
 func (s *InMemoryOutboxStore) Extend(_ context.Context, ids ...string) error {
 	held := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -146,7 +147,7 @@ func (s *InMemoryOutboxStore) Extend(_ context.Context, ids ...string) error {
 	defer s.mu.Unlock()
 	now := s.now()
 	for _, r := range s.records {
-		if held[r.rec.ID] && now.Before(r.leaseUntil) {
+		if held[r.rec.ID] && !r.leaseUntil.IsZero() {
 			r.leaseUntil = now.Add(s.lease)
 		}
 	}

@@ -3,6 +3,7 @@ package persistence_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -433,4 +434,70 @@ func TestSQLIdempotencyForgetLostIsTakenBack(t *testing.T) {
 	require.NoError(t, mine.Confirm(ctx, "k"))
 	require.Equal(t, patterns.ClaimDuplicate, claim(mine))
 	require.Equal(t, patterns.ClaimDuplicate, claim(other))
+}
+
+// claimHeldBackDB holds the answer to the first claim back, after the
+// database has taken the claim, until release is closed: the instant in
+// which the claim is the store's in the database and not yet in its
+// memory.
+type claimHeldBackDB struct {
+	persistence.DB
+	once           sync.Once
+	taken, release chan struct{}
+}
+
+func (d *claimHeldBackDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := d.DB.Query(ctx, sql, args...)
+	first := false
+	if err == nil && strings.Contains(sql, "RETURNING 1") {
+		d.once.Do(func() { first = true })
+	}
+	if !first {
+		return rows, err
+	}
+	return &heldBackRows{Rows: rows, d: d}, nil
+}
+
+type heldBackRows struct {
+	pgx.Rows
+	d *claimHeldBackDB
+}
+
+func (r *heldBackRows) Close() {
+	r.Rows.Close()
+	close(r.d.taken)
+	<-r.d.release
+}
+
+// TestSQLIdempotencyConcurrentClaimsOfOneInstance: while one goroutine's
+// claim is won in the database but not yet answered, another goroutine of
+// the same instance claiming the key is told it is in progress, not that
+// the instance left the claim behind (which would run the work twice).
+func TestSQLIdempotencyConcurrentClaimsOfOneInstance(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	ctx := ctxT(t)
+	slow := &claimHeldBackDB{DB: db, taken: make(chan struct{}), release: make(chan struct{})}
+	s := idemStore(t, slow, tb, persistence.SQLIdempotencyStoreConfig{})
+	first := make(chan patterns.Claim, 1)
+	go func() {
+		c, err := s.Claim(ctx, "k")
+		assert.NoError(t, err)
+		first <- c
+	}()
+	<-slow.taken
+	c, err := s.Claim(ctx, "k")
+	close(slow.release)
+	require.NoError(t, err)
+	require.Equal(t, patterns.ClaimInProgress, c, "the other goroutine is claiming it")
+	require.Equal(t, patterns.ClaimClaimed, <-first)
+	require.Equal(t, patterns.ClaimInProgress, claimOf(t, s, "k"), "held")
+}
+
+func claimOf(t *testing.T, s *persistence.SQLIdempotencyStore, key string) patterns.Claim {
+	t.Helper()
+	c, err := s.Claim(ctxT(t), key)
+	require.NoError(t, err)
+	return c
 }

@@ -71,26 +71,25 @@ type IdempotencyOpen func(t *testing.T, cfg IdempotencyConfig) IdempotencyStores
 // key or neither, and nothing for a holder whose claim was taken over.
 func Idempotency(t *testing.T, open IdempotencyOpen) {
 	run(t, open, map[string]func(*testing.T, IdempotencyOpen){
-		"one of many concurrent claims wins":           idemConcurrentClaims,
-		"a held key is in progress":                    idemHeldInProgress,
-		"a confirmed key is a duplicate":               idemConfirmedDuplicate,
-		"first time claims once":                       idemFirstTime,
-		"forget frees the holder's own claim":          idemForgetOwn,
-		"forget leaves another holder's claim":         idemForgetOthers,
-		"forget never undoes work done":                idemForgetDone,
-		"an expired claim is taken over":               idemExpiredTakenOver,
-		"the old holder's forget leaves the new claim": idemOldHolderForgets,
-		"a confirmation outlives the lease":            idemConfirmationOutlivesLease,
-		"a confirmation ends with the retention":       idemRetention,
-		"a result is kept until confirmed":             idemResultKept,
-		"a result is kept byte for byte":               idemResultBytes,
-		"an empty result is a result":                  idemEmptyResult,
-		"keys are their exact bytes":                   idemKeyBytes,
-		"work in a transaction commits with its key":   idemTxCommits,
-		"failed work commits nothing":                  idemTxWorkFails,
-		"a done key is nobody's to complete":           idemTxDoneKey,
-		"a claim taken over commits nothing":           idemTxClaimLost,
-		"work that returns no result keeps one":        idemTxEmptyResult,
+		"one of many concurrent claims wins":                     idemConcurrentClaims,
+		"a held key is in progress, a confirmed one a duplicate": idemNotFirst,
+		"first time claims once":                                 idemFirstTime,
+		"forget frees the holder's own claim":                    idemForgetOwn,
+		"forget leaves another holder's claim":                   idemForgetOthers,
+		"forget never undoes work done":                          idemForgetDone,
+		"an expired claim is taken over":                         idemExpiredTakenOver,
+		"the old holder's forget leaves the new claim":           idemOldHolderForgets,
+		"a confirmation outlives the lease":                      idemConfirmationOutlivesLease,
+		"a confirmation ends with the retention":                 idemRetention,
+		"a result is kept until confirmed":                       idemResultKept,
+		"a result is kept byte for byte":                         idemResultBytes,
+		"an empty result is a result":                            idemEmptyResult,
+		"keys are their exact bytes":                             idemKeyBytes,
+		"work in a transaction commits with its key":             idemTxCommits,
+		"failed work commits nothing":                            idemTxWorkFails,
+		"a done key is nobody's to complete":                     idemTxDoneKey,
+		"a claim taken over commits nothing":                     idemTxClaimLost,
+		"work that returns no result keeps one":                  idemTxEmptyResult,
 	})
 }
 
@@ -184,29 +183,29 @@ func idemConcurrentClaims(t *testing.T, open IdempotencyOpen) {
 	}
 }
 
-func idemHeldInProgress(t *testing.T, open IdempotencyOpen) {
+func idemNotFirst(t *testing.T, open IdempotencyOpen) {
 	s := openIdem(t, open, long, long)
-	require.Equal(t, patterns.ClaimClaimed, s.claim(s.Store, "k"))
-	require.Equal(t, patterns.ClaimInProgress, s.claim(s.Store, "k"), "a second delivery to the same holder waits")
-	first, err := s.Store.FirstTime(s.ctx, "k")
-	require.NoError(t, err)
-	require.False(t, first)
-	if s.Another != nil {
-		require.Equal(t, patterns.ClaimInProgress, s.claim(s.Another(), "k"), "another holder waits too")
-	}
-}
-
-func idemConfirmedDuplicate(t *testing.T, open IdempotencyOpen) {
-	s := openIdem(t, open, long, long)
-	require.Equal(t, patterns.ClaimClaimed, s.claim(s.Store, "k"))
-	require.NoError(t, s.Store.Confirm(s.ctx, "k"))
-	require.Equal(t, patterns.ClaimDuplicate, s.claim(s.Store, "k"))
-	require.Equal(t, patterns.ClaimDuplicate, s.claim(s.Store, "k"), "and stays one")
-	first, err := s.Store.FirstTime(s.ctx, "k")
-	require.NoError(t, err)
-	require.False(t, first)
-	if s.Another != nil {
-		require.Equal(t, patterns.ClaimDuplicate, s.claim(s.Another(), "k"), "to another holder too")
+	for _, tc := range []struct {
+		key    string
+		settle func(ctx context.Context, key string) error
+		want   patterns.Claim
+		why    string
+	}{
+		{"held", nil, patterns.ClaimInProgress, "a second delivery waits while the first is handled"},
+		{"confirmed", s.Store.Confirm, patterns.ClaimDuplicate, "the work was done"},
+	} {
+		require.Equal(t, patterns.ClaimClaimed, s.claim(s.Store, tc.key))
+		if tc.settle != nil {
+			require.NoError(t, tc.settle(s.ctx, tc.key))
+		}
+		require.Equal(t, tc.want, s.claim(s.Store, tc.key), "%s: %s", tc.key, tc.why)
+		require.Equal(t, tc.want, s.claim(s.Store, tc.key), "%s: and stays so", tc.key)
+		first, err := s.Store.FirstTime(s.ctx, tc.key)
+		require.NoError(t, err)
+		require.False(t, first, tc.key)
+		if s.Another != nil {
+			require.Equal(t, tc.want, s.claim(s.Another(), tc.key), "%s: to another holder too", tc.key)
+		}
 	}
 }
 

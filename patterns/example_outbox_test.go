@@ -22,7 +22,10 @@ func ExampleOutboxRelay() {
 		panic(err)
 	}
 
-	store := patterns.NewInMemoryOutboxStore()
+	store, err := patterns.NewInMemoryOutboxStore(patterns.InMemoryOutboxStoreConfig{})
+	if err != nil {
+		panic(err)
+	}
 	rec, err := patterns.Record(ctx, conn, map[string]string{"order_id": "o-1"},
 		broker.To("order.placed"), broker.Type("order.placed.v2"))
 	if err != nil {

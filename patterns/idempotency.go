@@ -65,7 +65,10 @@ type ResultStore interface {
 	Confirmer
 	// Complete records key's work as done, as Confirm does, and keeps
 	// result with it until Confirm (the result has been passed on) or the
-	// store's retention forgets the key.
+	// store's retention forgets the key. A nil result is kept as an empty
+	// one, as TxStore.CompleteInTx keeps a work's nil result: Result then
+	// answers it with true, so that "completed with nothing to pass on"
+	// never reads as "not completed".
 	Complete(ctx context.Context, key string, result []byte) error
 	// Result is what Complete kept under key, and false when nothing is
 	// kept (never completed, or confirmed since).

@@ -3,6 +3,7 @@ package patterns
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,19 +98,25 @@ func (s *InMemoryIdempotencyStore) Confirm(_ context.Context, key string) error 
 	return nil
 }
 
-// Complete records that key's work was done, as Confirm does, and keeps
-// result with it until Confirm. It never fails.
+// Complete records that key's work was done, as Confirm does, and keeps a
+// copy of result with it until Confirm (the caller may reuse its buffer);
+// a nil result is kept as an empty one. It never fails.
 func (s *InMemoryIdempotencyStore) Complete(_ context.Context, key string, result []byte) error {
+	kept := slices.Clone(result)
+	if kept == nil {
+		// nil is "nothing kept" to Result.
+		kept = []byte{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	s.sweepLocked(now)
-	s.putLocked(key, idemEntry{confirmed: true, expires: now.Add(s.window), result: result})
+	s.putLocked(key, idemEntry{confirmed: true, expires: now.Add(s.window), result: kept})
 	return nil
 }
 
-// Result is what Complete kept under key, if the key is live and not
-// confirmed since. It never fails.
+// Result is a copy of what Complete kept under key, if the key is live and
+// not confirmed since. It never fails.
 func (s *InMemoryIdempotencyStore) Result(_ context.Context, key string) ([]byte, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -117,7 +124,7 @@ func (s *InMemoryIdempotencyStore) Result(_ context.Context, key string) ([]byte
 	if !ok || e.result == nil || !s.now().Before(e.expires) {
 		return nil, false, nil
 	}
-	return e.result, true, nil
+	return slices.Clone(e.result), true, nil
 }
 
 // Forget gives up a live, unconfirmed claim on key. A confirmation is never

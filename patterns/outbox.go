@@ -93,10 +93,13 @@ type OutboxStore interface {
 }
 
 // OutboxFailureMarker is an OutboxStore that counts the broker's refusals:
-// MarkFailed records one failed attempt of the record and releases its
-// lease. A record refused too often stops being claimed and stays for
-// somebody to inspect, rather than being tried for ever. The relay calls it
-// when the store has it.
+// MarkFailed records one failed attempt of a record the caller holds
+// (claimed, and not since marked, released or taken over by another
+// claimant) and releases its lease; for any other record it does nothing,
+// so one claim is at most one attempt and a claimant that lost a record
+// cannot count against the one that has it. A record refused too often
+// stops being claimed and stays for somebody to inspect, rather than being
+// tried for ever. The relay calls it when the store has it.
 type OutboxFailureMarker interface {
 	MarkFailed(ctx context.Context, id string, cause error) error
 }
@@ -129,7 +132,12 @@ type OutboxLookahead interface {
 // taken over by a second relay halfway, which would publish it twice and
 // out of order. Lease says how long a claim lasts; Extend renews the
 // caller's leases on ids for another Lease and leaves records it no longer
-// holds alone. The relay extends every Lease/3 while it holds records.
+// holds (released, marked, or taken over by another claimant) alone. A
+// lease that ran out but that nobody took over is still the caller's and
+// is renewed: a relay that renews late, after a pause longer than the
+// lease, is still publishing those records, and letting them go then
+// would have a second relay publish them again halfway. The relay extends
+// every Lease/3 while it holds records.
 type OutboxLeaseExtender interface {
 	Lease() time.Duration
 	Extend(ctx context.Context, ids ...string) error

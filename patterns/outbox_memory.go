@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/acemq/acemq-flow/broker"
 )
 
 // Defaults of the outbox stores.
@@ -29,10 +31,11 @@ const (
 //
 // It claims, counts and gives up records the way the SQL store does (see
 // OutboxStore, OutboxLookahead, OutboxFailureMarker, OutboxReleaser,
-// OutboxLeaseExtender), is
-// one claimant, and is safe for concurrent use.
+// OutboxLeaseExtender), is one claimant, and is safe for concurrent use.
 type InMemoryOutboxStore struct {
-	now func() time.Time
+	now         func() time.Time
+	lease       time.Duration
+	maxAttempts int
 
 	mu      sync.Mutex
 	nextID  int64
@@ -44,9 +47,38 @@ type outboxMemRecord struct {
 	leaseUntil time.Time
 }
 
-// NewInMemoryOutboxStore returns an empty store.
-func NewInMemoryOutboxStore() *InMemoryOutboxStore {
-	return &InMemoryOutboxStore{now: time.Now}
+// InMemoryOutboxStoreConfig configures an InMemoryOutboxStore. The zero
+// value is the defaults.
+type InMemoryOutboxStoreConfig struct {
+	// Lease is how long a claim on records lasts (0 = DefaultOutboxLease).
+	Lease time.Duration
+	// MaxAttempts is how many refused publishes a record gets before it is
+	// no longer claimed (0 = DefaultOutboxMaxAttempts).
+	MaxAttempts int
+}
+
+// Validate refuses a negative lease or max attempts.
+func (c InMemoryOutboxStoreConfig) Validate() error {
+	if c.Lease < 0 || c.MaxAttempts < 0 {
+		return fmt.Errorf("%w: outbox store: negative lease or max attempts", broker.ErrInvalidOption)
+	}
+	return nil
+}
+
+// NewInMemoryOutboxStore returns an empty store configured by cfg. It
+// refuses what cfg.Validate refuses.
+func NewInMemoryOutboxStore(cfg InMemoryOutboxStoreConfig) (*InMemoryOutboxStore, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &InMemoryOutboxStore{now: time.Now, lease: cfg.Lease, maxAttempts: cfg.MaxAttempts}
+	if s.lease == 0 {
+		s.lease = DefaultOutboxLease
+	}
+	if s.maxAttempts == 0 {
+		s.maxAttempts = DefaultOutboxMaxAttempts
+	}
+	return s, nil
 }
 
 // Add stores a copy of rec and returns its id. A record with neither an
@@ -68,7 +100,7 @@ func (s *InMemoryOutboxStore) Add(_ context.Context, rec OutboxRecord) (string, 
 }
 
 // Pending claims up to limit records (all claimable ones when limit <= 0)
-// under a DefaultOutboxLease lease. Only the oldest records are claimable:
+// under a lease. Only the oldest records are claimable:
 // those before the first record somebody holds under a live lease, skipping
 // records whose attempts are spent. So one claimant at a time relays, in
 // order, and a claimant that died is taken over when its lease expires.
@@ -88,23 +120,24 @@ func (s *InMemoryOutboxStore) PendingAfter(_ context.Context, held []string, lim
 	now := s.now()
 	var out []OutboxRecord
 	for _, r := range s.records {
-		if r.rec.Attempts >= DefaultOutboxMaxAttempts || skip[r.rec.ID] {
+		if r.rec.Attempts >= s.maxAttempts || skip[r.rec.ID] {
 			continue
 		}
 		if now.Before(r.leaseUntil) || (limit > 0 && len(out) == limit) {
 			break
 		}
-		r.leaseUntil = now.Add(DefaultOutboxLease)
+		r.leaseUntil = now.Add(s.lease)
 		out = append(out, outboxMemCopy(r.rec))
 	}
 	return out, nil
 }
 
-// Lease is how long a claim lasts: DefaultOutboxLease.
-func (s *InMemoryOutboxStore) Lease() time.Duration { return DefaultOutboxLease }
+// Lease is how long a claim lasts.
+func (s *InMemoryOutboxStore) Lease() time.Duration { return s.lease }
 
-// Extend renews the live leases on the records with the given ids for
-// another Lease; records not under a live lease are left alone.
+// Extend renews the leases on the records with the given ids for another
+// Lease, also one that ran out (nobody took the record over since);
+// records not under a lease (released, marked failed) are left alone.
 func (s *InMemoryOutboxStore) Extend(_ context.Context, ids ...string) error {
 	held := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -114,8 +147,8 @@ func (s *InMemoryOutboxStore) Extend(_ context.Context, ids ...string) error {
 	defer s.mu.Unlock()
 	now := s.now()
 	for _, r := range s.records {
-		if held[r.rec.ID] && now.Before(r.leaseUntil) {
-			r.leaseUntil = now.Add(DefaultOutboxLease)
+		if held[r.rec.ID] && !r.leaseUntil.IsZero() {
+			r.leaseUntil = now.Add(s.lease)
 		}
 	}
 	return nil
@@ -135,12 +168,13 @@ func (s *InMemoryOutboxStore) MarkPublished(_ context.Context, ids ...string) er
 }
 
 // MarkFailed counts one refused attempt of the record, remembers why, and
-// releases its lease.
+// releases its lease. It does nothing to a record not under a lease (never
+// claimed, or released or marked failed since): that claim was settled.
 func (s *InMemoryOutboxStore) MarkFailed(_ context.Context, id string, cause error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.records {
-		if r.rec.ID == id {
+		if r.rec.ID == id && !r.leaseUntil.IsZero() {
 			r.rec.Attempts++
 			r.leaseUntil = time.Time{}
 			if cause != nil {

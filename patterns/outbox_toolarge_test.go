@@ -27,7 +27,7 @@ func TestOutboxRelayTooLargeRecordGivesWay(t *testing.T) {
 		if h.Rabbit {
 			local = conn.Transport().(*rabbitmq.Transport).LocalAddr().String()
 		}
-		s := patterns.NewInMemoryOutboxStore()
+		s := newOutboxStore(t)
 		outboxAdd(t, ctx, conn, s, 99, broker.To(q), broker.Header("blob", strings.Repeat("x", 200_000)))
 		outboxAdd(t, ctx, conn, s, 1, broker.To(q))
 		outboxAdd(t, ctx, conn, s, 2, broker.To(q))

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Schema registry errors, for errors.Is.
@@ -15,7 +17,7 @@ var (
 	// a lookup with an empty definition instead.
 	ErrSchemaNotFound = errors.New("schema not found")
 	// ErrInvalidSchema: Register was given an empty subject, format or
-	// definition.
+	// definition, or a subject or format that is not text.
 	ErrInvalidSchema = errors.New("invalid schema")
 )
 
@@ -65,15 +67,29 @@ func SchemaFingerprint(definition []byte) string {
 }
 
 // CheckSchema refuses what no registry should store: an empty subject,
-// format or definition. Registries call it first in Register.
+// format or definition, and a subject or format that is not text (not
+// valid UTF-8, or holding a NUL byte), which a database's text column
+// cannot hold and which no registry should then accept in memory either.
+// Registries call it first in Register.
 func CheckSchema(subject, format string, definition []byte) error {
 	switch {
 	case subject == "":
 		return fmt.Errorf("%w: empty subject", ErrInvalidSchema)
+	case !SchemaText(subject):
+		return fmt.Errorf("%w: subject %q is not text", ErrInvalidSchema, subject)
 	case format == "":
 		return fmt.Errorf("%w: subject %q: empty format", ErrInvalidSchema, subject)
+	case !SchemaText(format):
+		return fmt.Errorf("%w: subject %q: format %q is not text", ErrInvalidSchema, subject, format)
 	case len(definition) == 0:
 		return fmt.Errorf("%w: subject %q: empty definition", ErrInvalidSchema, subject)
 	}
 	return nil
+}
+
+// SchemaText reports whether s can be a subject or a format: valid UTF-8
+// without a NUL byte. A registry answers a lookup of a subject that is not
+// with ErrSchemaNotFound, since none was ever registered.
+func SchemaText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }

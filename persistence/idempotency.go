@@ -76,11 +76,23 @@ type SQLIdempotencyStore struct {
 	retention  time.Duration
 	purgeBatch int
 	holder     string
-	// held lists the keys this instance claimed and has not let go of
-	// (Confirm, Complete or Forget, whether or not the database took it):
-	// a live claim of its own that is not held was left behind by a
-	// Forget the database never got, and Claim takes it back.
-	held sync.Map // string -> struct{}
+
+	// own says, per key, what this instance has to do with it: a live
+	// claim of its own that it neither holds nor is claiming right now
+	// was left behind by a Forget the database never got, and Claim
+	// takes it back.
+	mu  sync.Mutex
+	own map[string]*idemOwn
+}
+
+// idemOwn is what one SQLIdempotencyStore has to do with one key.
+type idemOwn struct {
+	// claiming counts the instance's Claims of the key running now: one
+	// of them may have won the claim in the database and not yet said so.
+	claiming int
+	// held: the instance claimed the key and has not let go of it
+	// (Confirm, Complete or Forget, whether or not the database took it).
+	held bool
 }
 
 var _ patterns.TxStore = (*SQLIdempotencyStore)(nil)
@@ -98,7 +110,8 @@ func NewSQLIdempotencyStore(db DB, cfg SQLIdempotencyStoreConfig) (*SQLIdempoten
 	if cfg.ClaimTimeout < 0 || cfg.Retention < 0 || cfg.PurgeBatch < 0 {
 		return nil, fmt.Errorf("%w: idempotency store: negative setting", broker.ErrInvalidOption)
 	}
-	s := &SQLIdempotencyStore{db: db, t: t, sql: renderIdemStatements(t), lease: cfg.ClaimTimeout, retention: cfg.Retention, purgeBatch: cfg.PurgeBatch, holder: broker.NewID()}
+	s := &SQLIdempotencyStore{db: db, t: t, sql: renderIdemStatements(t), lease: cfg.ClaimTimeout, retention: cfg.Retention, purgeBatch: cfg.PurgeBatch,
+		holder: broker.NewID(), own: map[string]*idemOwn{}}
 	if s.lease == 0 {
 		s.lease = DefaultClaimTimeout
 	}
@@ -115,8 +128,10 @@ func NewSQLIdempotencyStore(db DB, cfg SQLIdempotencyStoreConfig) (*SQLIdempoten
 // (patterns.ClaimClaimed); otherwise it answers ClaimDuplicate for a
 // confirmed key and ClaimInProgress for a live claim. The insert decides,
 // atomically: of N callers claiming one key at once exactly one is told
-// ClaimClaimed.
-func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.Claim, error) {
+// ClaimClaimed, whether they share this instance or not.
+func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (c patterns.Claim, err error) {
+	s.claiming(key)
+	defer func() { s.claimed(key, err == nil && c == patterns.ClaimClaimed) }()
 	for range idemClaimTries {
 		rows, err := s.db.Query(ctx, s.sql.claim, []byte(key), s.holder, s.lease.Seconds())
 		if err != nil {
@@ -128,7 +143,6 @@ func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.C
 			return 0, fmt.Errorf("idempotency %s: claim: %w", s.t.Idempotency, err)
 		}
 		if won {
-			s.held.Store(key, struct{}{})
 			return patterns.ClaimClaimed, nil
 		}
 		var (
@@ -145,7 +159,7 @@ func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.C
 			continue
 		case state == "confirmed":
 			return patterns.ClaimDuplicate, nil
-		case holder == s.holder && !s.holds(key):
+		case holder == s.holder && s.leftBehind(key):
 			// This instance's own claim, which it let go of while the
 			// database was away: nobody works on it, take it back now
 			// rather than in a lease.
@@ -160,10 +174,52 @@ func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.C
 	return 0, fmt.Errorf("idempotency %s: claim: the key changed hands %d times in a row", s.t.Idempotency, idemClaimTries)
 }
 
-// holds reports whether this instance holds key's claim.
-func (s *SQLIdempotencyStore) holds(key string) bool {
-	_, ok := s.held.Load(key)
-	return ok
+// claiming records that one of this instance's Claims of key started.
+func (s *SQLIdempotencyStore) claiming(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.own[key]
+	if o == nil {
+		o = &idemOwn{}
+		s.own[key] = o
+	}
+	o.claiming++
+}
+
+// claimed records that one of this instance's Claims of key ended, and
+// whether it won the key.
+func (s *SQLIdempotencyStore) claimed(key string, won bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.own[key]
+	o.claiming--
+	o.held = o.held || won
+	if o.claiming == 0 && !o.held {
+		delete(s.own, key)
+	}
+}
+
+// letGo records that this instance let go of key's claim.
+func (s *SQLIdempotencyStore) letGo(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o := s.own[key]; o != nil {
+		o.held = false
+		if o.claiming == 0 {
+			delete(s.own, key)
+		}
+	}
+}
+
+// leftBehind reports, from inside a Claim of key, whether this instance's
+// claim on key was let go of: it does not hold it, and no other of its
+// Claims of key is running (one that won in the database and has not yet
+// said so would look the same).
+func (s *SQLIdempotencyStore) leftBehind(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.own[key]
+	return o != nil && !o.held && o.claiming == 1
 }
 
 // reclaim renews this instance's own claim on key; false when it is no
@@ -173,11 +229,7 @@ func (s *SQLIdempotencyStore) reclaim(ctx context.Context, key string) (bool, er
 	if err != nil {
 		return false, fmt.Errorf("idempotency %s: take back a claim: %w", s.t.Idempotency, err)
 	}
-	if tag.RowsAffected() == 0 {
-		return false, nil
-	}
-	s.held.Store(key, struct{}{})
-	return true, nil
+	return tag.RowsAffected() > 0, nil
 }
 
 // FirstTime is Claim(key) == patterns.ClaimClaimed.
@@ -189,7 +241,7 @@ func (s *SQLIdempotencyStore) FirstTime(ctx context.Context, key string) (bool, 
 // Confirm records that key's work was done: it is a duplicate for
 // Retention from now, whoever held the claim.
 func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
-	s.held.Delete(key)
+	s.letGo(key)
 	_, err := s.db.Exec(ctx, s.sql.confirm,
 		[]byte(key), s.holder, s.retention.Seconds())
 	if err != nil {
@@ -199,9 +251,13 @@ func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
 }
 
 // Complete records that key's work was done, as Confirm does, and keeps
-// result in its row until Confirm.
+// result in its row until Confirm; a nil result is kept as an empty one.
 func (s *SQLIdempotencyStore) Complete(ctx context.Context, key string, result []byte) error {
-	s.held.Delete(key)
+	s.letGo(key)
+	if result == nil {
+		// NULL would read as "nothing kept".
+		result = []byte{}
+	}
 	_, err := s.db.Exec(ctx, s.sql.complete, []byte(key), s.holder, s.retention.Seconds(), result)
 	if err != nil {
 		return fmt.Errorf("idempotency %s: complete: %w", s.t.Idempotency, err)
@@ -222,7 +278,7 @@ func (s *SQLIdempotencyStore) CompleteInTx(ctx context.Context, key string, work
 	if work == nil {
 		return fmt.Errorf("%w: idempotency: nil work", broker.ErrInvalidOption)
 	}
-	defer s.held.Delete(key)
+	defer s.letGo(key)
 	return inTx(ctx, s.db, func(tx pgx.Tx) error {
 		result, err := work(context.WithValue(ctx, txKey{}, tx))
 		if err != nil {
@@ -261,7 +317,7 @@ func (s *SQLIdempotencyStore) Result(ctx context.Context, key string) ([]byte, b
 // It never removes a confirmation (that would undo work that was done) nor
 // another holder's claim (that would put two consumers on one message).
 func (s *SQLIdempotencyStore) Forget(ctx context.Context, key string) error {
-	s.held.Delete(key)
+	s.letGo(key)
 	_, err := s.db.Exec(ctx, s.sql.forget, []byte(key), s.holder)
 	if err != nil {
 		return fmt.Errorf("idempotency %s: forget: %w", s.t.Idempotency, err)

@@ -3,6 +3,7 @@ package persistence_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,105 +26,6 @@ func idemStore(t *testing.T, db persistence.DB, tb persistence.Tables, cfg persi
 	s, err := persistence.NewSQLIdempotencyStore(db, cfg)
 	require.NoError(t, err)
 	return s
-}
-
-func TestSQLIdempotencyExactlyOneClaimed(t *testing.T) {
-	t.Parallel()
-	db := pool(t)
-	tb := tables(t, db)
-	ctx := ctxT(t)
-	stores := make([]*persistence.SQLIdempotencyStore, 4)
-	for i := range stores {
-		stores[i] = idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{})
-	}
-	for round := range 5 {
-		key := fmt.Sprintf("order-%d", round)
-		var claimed, inProgress atomic.Int32
-		var wg sync.WaitGroup
-		for i := range 32 {
-			wg.Go(func() {
-				c, err := stores[i%len(stores)].Claim(ctx, key)
-				if !assert.NoError(t, err) {
-					return
-				}
-				switch c {
-				case patterns.ClaimClaimed:
-					claimed.Add(1)
-				case patterns.ClaimInProgress:
-					inProgress.Add(1)
-				default:
-					t.Errorf("unexpected %s", c)
-				}
-			})
-		}
-		wg.Wait()
-		require.Equal(t, int32(1), claimed.Load(), "exactly one of 32 concurrent claims wins")
-		require.Equal(t, int32(31), inProgress.Load())
-		require.NoError(t, stores[0].Confirm(ctx, key))
-		c, err := stores[3].Claim(ctx, key)
-		require.NoError(t, err)
-		require.Equal(t, patterns.ClaimDuplicate, c)
-	}
-}
-
-func TestSQLIdempotencyForgetOnlyOwnLiveClaim(t *testing.T) {
-	t.Parallel()
-	db := pool(t)
-	tb := tables(t, db)
-	ctx := ctxT(t)
-	a := idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{})
-	b := idemStore(t, db, tb, persistence.SQLIdempotencyStoreConfig{})
-	claim := func(s *persistence.SQLIdempotencyStore, key string) patterns.Claim {
-		c, err := s.Claim(ctx, key)
-		require.NoError(t, err)
-		return c
-	}
-
-	require.Equal(t, patterns.ClaimClaimed, claim(a, "k"))
-	require.NoError(t, b.Forget(ctx, "k"))
-	require.Equal(t, patterns.ClaimInProgress, claim(b, "k"), "another holder's forget leaves the claim alone")
-	require.NoError(t, a.Forget(ctx, "k"))
-	require.Equal(t, patterns.ClaimClaimed, claim(b, "k"), "the holder's forget frees the key")
-	require.NoError(t, b.Confirm(ctx, "k"))
-	require.NoError(t, b.Forget(ctx, "k"))
-	require.Equal(t, patterns.ClaimDuplicate, claim(a, "k"), "a confirmation is never forgotten")
-
-	first, err := a.FirstTime(ctx, "other")
-	require.NoError(t, err)
-	require.True(t, first)
-	first, err = b.FirstTime(ctx, "other")
-	require.NoError(t, err)
-	require.False(t, first)
-
-	// Keys are bytes as given: not valid UTF-8, NUL included.
-	odd := string([]byte{0xff, 0x00, 'k'})
-	require.Equal(t, patterns.ClaimClaimed, claim(a, odd))
-	require.Equal(t, patterns.ClaimInProgress, claim(b, odd))
-}
-
-func TestSQLIdempotencyLeaseExpires(t *testing.T) {
-	t.Parallel()
-	db := pool(t)
-	tb := tables(t, db)
-	ctx := ctxT(t)
-	cfg := persistence.SQLIdempotencyStoreConfig{ClaimTimeout: time.Second}
-	crashed := idemStore(t, db, tb, cfg)
-	other := idemStore(t, db, tb, cfg)
-	c, err := crashed.Claim(ctx, "k")
-	require.NoError(t, err)
-	require.Equal(t, patterns.ClaimClaimed, c)
-	c, err = other.Claim(ctx, "k")
-	require.NoError(t, err)
-	require.Equal(t, patterns.ClaimInProgress, c)
-	// Waiting for the lease is waiting for time to pass: poll it.
-	require.Eventually(t, func() bool {
-		c, err := other.Claim(ctx, "k")
-		return err == nil && c == patterns.ClaimClaimed
-	}, 5*time.Second, 50*time.Millisecond, "a dead holder's claim is taken over once its lease runs out")
-	require.NoError(t, crashed.Forget(ctx, "k"))
-	c, err = crashed.Claim(ctx, "k")
-	require.NoError(t, err)
-	require.Equal(t, patterns.ClaimInProgress, c, "the old holder's forget cannot undo the new claim")
 }
 
 func TestSQLIdempotencyPurgeExpiredInBatches(t *testing.T) {
@@ -317,80 +219,6 @@ func (c *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 	return c.DB.Exec(ctx, sql, args...)
 }
 
-// TestSQLIdempotencyCompleteInTx: the work's writes and the key's
-// completion commit together; a failed work commits neither; a holder
-// whose claim was taken over commits nothing (patterns.ErrClaimLost), so
-// of two holders of one key only one applies its work.
-func TestSQLIdempotencyCompleteInTx(t *testing.T) {
-	t.Parallel()
-	db := pool(t)
-	tb := tables(t, db)
-	ctx := ctxT(t)
-	effects := pgx.Identifier{tb.Outbox + "_effects"}.Sanitize()
-	_, err := db.Exec(ctx, "CREATE TABLE "+effects+" (who text)")
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = db.Exec(context.Background(), "DROP TABLE "+effects) })
-	write := func(who string) func(context.Context) ([]byte, error) {
-		return func(ctx context.Context) ([]byte, error) {
-			tx, ok := persistence.Tx(ctx)
-			if !ok {
-				return nil, fmt.Errorf("no transaction")
-			}
-			_, err := tx.Exec(ctx, "INSERT INTO "+effects+" (who) VALUES ($1)", who)
-			return []byte("result of " + who), err
-		}
-	}
-	count := func() int {
-		var n int
-		require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM "+effects).Scan(&n))
-		return n
-	}
-	cfg := persistence.SQLIdempotencyStoreConfig{ClaimTimeout: time.Second}
-	slow, fast := idemStore(t, db, tb, cfg), idemStore(t, db, tb, cfg)
-
-	_, ok := persistence.Tx(ctx)
-	require.False(t, ok, "a context without a transaction says so")
-
-	// A work that fails commits nothing and leaves the claim to its holder.
-	c, err := slow.Claim(ctx, "failing")
-	require.NoError(t, err)
-	require.Equal(t, patterns.ClaimClaimed, c)
-	boom := fmt.Errorf("boom")
-	err = slow.CompleteInTx(ctx, "failing", func(ctx context.Context) ([]byte, error) {
-		_, _ = write("failing")(ctx)
-		return nil, boom
-	})
-	require.ErrorIs(t, err, boom)
-	require.Zero(t, count(), "the failed work's write was rolled back")
-	_, kept, err := slow.Result(ctx, "failing")
-	require.NoError(t, err)
-	require.False(t, kept)
-
-	// A holder whose lease ran out and was taken over commits nothing.
-	c, err = slow.Claim(ctx, "k")
-	require.NoError(t, err)
-	require.Equal(t, patterns.ClaimClaimed, c)
-	require.Eventually(t, func() bool {
-		c, err := fast.Claim(ctx, "k")
-		return err == nil && c == patterns.ClaimClaimed
-	}, 5*time.Second, 50*time.Millisecond)
-	err = slow.CompleteInTx(ctx, "k", write("slow"))
-	require.ErrorIs(t, err, patterns.ErrClaimLost)
-	require.Zero(t, count(), "the holder that lost its claim applied nothing")
-	require.NoError(t, fast.CompleteInTx(ctx, "k", write("fast")))
-	require.Equal(t, 1, count())
-	res, kept, err := fast.Result(ctx, "k")
-	require.NoError(t, err)
-	require.True(t, kept)
-	require.Equal(t, "result of fast", string(res), "the result is kept with the work")
-	c, err = slow.Claim(ctx, "k")
-	require.NoError(t, err)
-	require.Equal(t, patterns.ClaimDuplicate, c, "the key is done")
-	require.ErrorIs(t, fast.CompleteInTx(ctx, "k", write("again")), patterns.ErrClaimLost, "a done key is nobody's to complete again")
-	require.Equal(t, 1, count())
-	require.ErrorIs(t, fast.CompleteInTx(ctx, "k", nil), broker.ErrInvalidOption)
-}
-
 // failingDB refuses every Exec while down is set: the database away.
 type failingDB struct {
 	persistence.DB
@@ -433,4 +261,70 @@ func TestSQLIdempotencyForgetLostIsTakenBack(t *testing.T) {
 	require.NoError(t, mine.Confirm(ctx, "k"))
 	require.Equal(t, patterns.ClaimDuplicate, claim(mine))
 	require.Equal(t, patterns.ClaimDuplicate, claim(other))
+}
+
+// claimHeldBackDB holds the answer to the first claim back, after the
+// database has taken the claim, until release is closed: the instant in
+// which the claim is the store's in the database and not yet in its
+// memory.
+type claimHeldBackDB struct {
+	persistence.DB
+	once           sync.Once
+	taken, release chan struct{}
+}
+
+func (d *claimHeldBackDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := d.DB.Query(ctx, sql, args...)
+	first := false
+	if err == nil && strings.Contains(sql, "RETURNING 1") {
+		d.once.Do(func() { first = true })
+	}
+	if !first {
+		return rows, err
+	}
+	return &heldBackRows{Rows: rows, d: d}, nil
+}
+
+type heldBackRows struct {
+	pgx.Rows
+	d *claimHeldBackDB
+}
+
+func (r *heldBackRows) Close() {
+	r.Rows.Close()
+	close(r.d.taken)
+	<-r.d.release
+}
+
+// TestSQLIdempotencyConcurrentClaimsOfOneInstance: while one goroutine's
+// claim is won in the database but not yet answered, another goroutine of
+// the same instance claiming the key is told it is in progress, not that
+// the instance left the claim behind (which would run the work twice).
+func TestSQLIdempotencyConcurrentClaimsOfOneInstance(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	ctx := ctxT(t)
+	slow := &claimHeldBackDB{DB: db, taken: make(chan struct{}), release: make(chan struct{})}
+	s := idemStore(t, slow, tb, persistence.SQLIdempotencyStoreConfig{})
+	first := make(chan patterns.Claim, 1)
+	go func() {
+		c, err := s.Claim(ctx, "k")
+		assert.NoError(t, err)
+		first <- c
+	}()
+	<-slow.taken
+	c, err := s.Claim(ctx, "k")
+	close(slow.release)
+	require.NoError(t, err)
+	require.Equal(t, patterns.ClaimInProgress, c, "the other goroutine is claiming it")
+	require.Equal(t, patterns.ClaimClaimed, <-first)
+	require.Equal(t, patterns.ClaimInProgress, claimOf(t, s, "k"), "held")
+}
+
+func claimOf(t *testing.T, s *persistence.SQLIdempotencyStore, key string) patterns.Claim {
+	t.Helper()
+	c, err := s.Claim(ctxT(t), key)
+	require.NoError(t, err)
+	return c
 }

@@ -103,6 +103,11 @@ func (r *SQLSchemaRegistry) find(ctx context.Context, db DB, subject, fp string)
 
 // Latest is the subject's highest version.
 func (r *SQLSchemaRegistry) Latest(ctx context.Context, subject string) (patterns.Schema, error) {
+	if !patterns.SchemaText(subject) {
+		// No such subject can have been registered (and PostgreSQL
+		// would refuse the parameter).
+		return patterns.Schema{}, fmt.Errorf("%w: subject %q", patterns.ErrSchemaNotFound, subject)
+	}
 	rows, err := r.db.Query(ctx, r.t.render(`SELECT `+schemaColumns+` FROM {{schemas}} WHERE subject = $1 ORDER BY version DESC LIMIT 1`), subject)
 	if err != nil {
 		return patterns.Schema{}, fmt.Errorf("schema registry: latest %q: %w", subject, err)
@@ -135,6 +140,9 @@ func (r *SQLSchemaRegistry) ByID(ctx context.Context, id int64) (patterns.Schema
 
 // Versions is every schema of the subject, oldest first.
 func (r *SQLSchemaRegistry) Versions(ctx context.Context, subject string) ([]patterns.Schema, error) {
+	if !patterns.SchemaText(subject) {
+		return nil, fmt.Errorf("%w: subject %q", patterns.ErrSchemaNotFound, subject)
+	}
 	rows, err := r.db.Query(ctx, r.t.render(`SELECT `+schemaColumns+` FROM {{schemas}} WHERE subject = $1 ORDER BY version`), subject)
 	if err != nil {
 		return nil, fmt.Errorf("schema registry: versions of %q: %w", subject, err)

@@ -56,6 +56,18 @@ type Config struct {
 	// RabbitMQ configures the RabbitMQ transport for amqp:// and amqps://
 	// URLs; its Logger defaults to Logger.
 	RabbitMQ rabbitmq.Config
+	// Clock is where the connection reads the time wherever a time decides
+	// what happens: the ladder's due times and rungs, retry delays and max
+	// ages, in-progress put-backs, and the timestamps and first-seen times
+	// of what it publishes (nil = SystemClock). A clock of the caller's is
+	// for tests that skip time (package engine/flowtest): only the loopback
+	// can follow it, since RabbitMQ expires the ladder's messages on its
+	// own clock, so Open refuses it with an amqp:// URL and with a
+	// memory://NAME one (a broker shared by name keeps the clock it was
+	// created with); with a bare memory:// the loopback's TTLs expire on
+	// it. The ladder's rung watch, a guard against a broker that keeps
+	// messages past their TTL, does not run on such a clock.
+	Clock Clock
 }
 
 // Validate refuses a config with out-of-range values.
@@ -124,6 +136,8 @@ type Conn struct {
 
 	mu        sync.Mutex
 	consumers map[*Consumer]struct{}
+	// inFlight counts the deliveries the consumers hold (InFlight).
+	inFlight atomic.Int64
 
 	// limited holds the queues Declare found with an x-delivery-limit of an
 	// earlier version, so that each is warned about once.
@@ -155,6 +169,9 @@ func (c Config) Open(ctx context.Context, rawURL string) (*Conn, error) {
 	c = c.withDefaults()
 	var t transport.Transport
 	if scheme, _, _ := strings.Cut(rawURL, "://"); scheme == "amqp" || scheme == "amqps" {
+		if c.Clock != nil {
+			return nil, errClockOnRabbitMQ
+		}
 		// Not url.Parse: it refuses a list of nodes, and the transport
 		// says what is wrong with a URL without repeating its password.
 		rt, err := rabbitmq.Dial(ctx, rawURL, c.RabbitMQ)
@@ -173,9 +190,12 @@ func (c Config) Open(ctx context.Context, rawURL string) (*Conn, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidURL, redactParseError(rawURL, err))
 	case u.Scheme == "memory":
 		name := u.Host + u.Path
-		if name == "" {
-			t = loopback.New().Connect()
-		} else {
+		switch {
+		case name == "":
+			t = loopback.NewWithClock(c.Clock).Connect()
+		case c.Clock != nil:
+			return nil, invalid("a Clock with %s: a broker shared by name keeps the clock it was created with; use a bare memory://", u.Redacted())
+		default:
 			t = loopback.Named(name).Connect()
 		}
 	default:
@@ -208,10 +228,14 @@ func redactParseError(raw string, err error) string {
 
 // Wrap makes a Conn over a transport the caller opened (a loopback broker
 // shared by a test, a custom transport). The Conn owns it from then on and
-// closes it on Close.
+// closes it on Close. With a Clock, the transport must expire messages on
+// the same clock (loopback.NewWithClock); a RabbitMQ transport is refused.
 func (c Config) Wrap(t transport.Transport) (*Conn, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if _, rabbit := t.(*rabbitmq.Transport); rabbit && c.Clock != nil {
+		return nil, errClockOnRabbitMQ
 	}
 	c = c.withDefaults()
 	tel, err := newTelemetry(c.MeterProvider, c.TracerProvider)
@@ -246,6 +270,32 @@ func (c *Conn) Logger() *slog.Logger { return c.log }
 
 // Config is the connection's configuration with defaults filled in.
 func (c *Conn) Config() Config { return c.cfg }
+
+// Clock is the connection's clock: Config.Clock, or SystemClock.
+func (c *Conn) Clock() Clock {
+	if c.cfg.Clock == nil {
+		return SystemClock{}
+	}
+	return c.cfg.Clock
+}
+
+// InFlight is how many deliveries the connection's consumers hold: taken
+// off the transport and not yet done with, which is when the delivery is
+// settled and the consumer's settle hook has returned. The ladder's
+// control consumer counts too. Zero, with nothing unsettled on the
+// transport, means that nothing this connection consumes moves until a
+// message comes: what a test that skips time waits for before it moves
+// the clock on (package engine/flowtest).
+func (c *Conn) InFlight() int { return int(c.inFlight.Load()) }
+
+// now is the time on the connection's clock; the system's without a
+// call through an interface when it has none.
+func (c *Conn) now() time.Time {
+	if c.cfg.Clock == nil {
+		return time.Now()
+	}
+	return c.cfg.Clock.Now()
+}
 
 // Declare declares every exchange, queue and binding of t; a reconnecting
 // transport declares them again on every new connection. It refuses, before

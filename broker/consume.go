@@ -151,9 +151,11 @@ func (k *Consumer) subscribe(ctx context.Context) error {
 
 func (k *Consumer) work() {
 	for d := range k.sub.Deliveries() {
+		k.conn.inFlight.Add(1)
 		if !k.requeueIfStopping(d) {
 			k.handle(d)
 		}
+		k.conn.inFlight.Add(-1)
 	}
 }
 
@@ -213,7 +215,7 @@ func (k *Consumer) Cancel(ctx context.Context) error {
 
 // process handles one delivery of an ordinary consumer.
 func (k *Consumer) process(d *transport.Delivery) {
-	start := time.Now()
+	start := k.conn.now()
 	m, err := k.message(d, start)
 	k.processMessage(d, m, err, start, false)
 }
@@ -247,8 +249,10 @@ func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, 
 			// there is no BeforeSettle.
 			later, handled := s, ack
 			k.settling.Add(1)
+			k.conn.inFlight.Add(1)
 			go func() {
 				defer k.settling.Done()
+				defer k.conn.inFlight.Add(-1)
 				k.finish(ctx, span, d, m, k.beforeSettle(ctx, m, handled), &later)
 			}()
 			return
@@ -290,7 +294,7 @@ func (k *Consumer) finish(ctx context.Context, span trace.Span, d *transport.Del
 // settled reports a settled delivery on the metrics, under label, and to
 // the consumer's settle hook.
 func (k *Consumer) settled(ctx context.Context, s *Settlement, label string) {
-	s.Duration = time.Since(s.Started)
+	s.Duration = k.conn.now().Sub(s.Started)
 	k.conn.tel.settled(ctx, k.metrics, label, s.Duration)
 	if k.cfg.onSettle != nil {
 		k.cfg.onSettle(ctx, *s)
@@ -348,7 +352,7 @@ func (k *Consumer) settle(d *transport.Delivery, m *Message, ack Ack, s *Settlem
 			s.Reason = ack.err.Error()
 			s.Outcome = k.giveUp(d, s.Reason)
 		default:
-			if reason := k.cfg.retry.giveUp(m.Attempt, m.FirstSeen, time.Now()); reason != "" {
+			if reason := k.cfg.retry.giveUp(m.Attempt, m.FirstSeen, k.conn.now()); reason != "" {
 				s.Reason = fmt.Sprintf("%v (%s)", ack.err, reason)
 				s.Outcome = k.giveUp(d, s.Reason)
 				return

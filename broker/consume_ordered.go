@@ -30,6 +30,7 @@ func (k *Consumer) startOrdered(workers *sync.WaitGroup) {
 				if !k.requeueIfStopping(j.d) {
 					k.processMessage(j.d, j.m, j.err, j.start, true)
 				}
+				k.conn.inFlight.Add(-1)
 				if j.key != "" {
 					done <- j.key
 				}
@@ -49,7 +50,8 @@ func (k *Consumer) startOrdered(workers *sync.WaitGroup) {
 					deliveries = nil
 					continue
 				}
-				j := orderedJob{d: d, start: time.Now()}
+				k.conn.inFlight.Add(1)
+				j := orderedJob{d: d, start: k.conn.now()}
 				j.m, j.err = k.message(d, j.start)
 				if j.err == nil {
 					j.key = safeKey(k.cfg.orderBy, j.m)

@@ -39,6 +39,16 @@
 // queues ([LadderTopology]); the control consumer hops each message down the
 // rungs until it is due and then delivers it ([Conn.Schedule]).
 //
+// # Time
+//
+// A connection reads the time from its [Clock] (Config.Clock; nil =
+// [SystemClock]) wherever a time decides what happens: due times and
+// rungs, retry delays and max ages, put-backs, and the timestamps of what
+// it publishes. A clock the test moves (package engine/flowtest) works on
+// the loopback only, whose TTLs expire on it too; RabbitMQ is refused.
+// [Conn.InFlight] says how many deliveries the consumers hold: what such a
+// test waits to see at zero before it moves the clock.
+//
 // # Errors
 //
 // Errors wrap sentinels and typed errors for errors.Is and errors.As:

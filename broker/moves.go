@@ -113,7 +113,7 @@ func (k *Consumer) retry(d *transport.Delivery, m *Message, cause error) string 
 	delay := k.cfg.retry.Delay(m.Attempt)
 	ctx, cancel := k.moveContext()
 	defer cancel()
-	err := k.conn.ladder.schedule(ctx, time.Now().Add(delay), "", k.queue, msg)
+	err := k.conn.ladder.schedule(ctx, k.conn.now().Add(delay), "", k.queue, msg)
 	log := func() *slog.Logger {
 		return k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", m.ID), slog.Int("attempt", m.Attempt))
 	}
@@ -147,7 +147,7 @@ func (k *Consumer) putBack(d *transport.Delivery, delay time.Duration) string {
 	}
 	err := k.conn.ladder.run(ctx)
 	if err == nil {
-		err = k.conn.ladder.schedule(ctx, time.Now().Add(delay), "", k.queue, movable(d))
+		err = k.conn.ladder.schedule(ctx, k.conn.now().Add(delay), "", k.queue, movable(d))
 	}
 	switch {
 	case err == nil:

@@ -197,7 +197,7 @@ func (c *Conn) Prepare(ctx context.Context, payload any, opts ...PublishOption) 
 	if err != nil {
 		return Outgoing{}, err
 	}
-	now := time.Now()
+	now := c.now()
 	env := Envelope{
 		ID:            pc.id,
 		CorrelationID: pc.correlation,

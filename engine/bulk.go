@@ -187,7 +187,7 @@ func (m *mover) move(ctx context.Context, order []string, byQueue map[string]map
 		again := false
 		for _, q := range order {
 			for id, r := range byQueue[q] {
-				if time.Since(r.UpdatedAt) < settleWindow {
+				if m.e.now().Sub(r.UpdatedAt) < settleWindow {
 					again = true
 					continue
 				}
@@ -264,7 +264,7 @@ func (m *mover) pass(ctx context.Context, q string, want map[string]journal.Run)
 // recordReplay records that run r's message went back from queue q.
 func (e *Engine) recordReplay(ctx context.Context, r journal.Run, q string) {
 	n := r.Replays + 1
-	now := time.Now()
+	now := e.now()
 	e.record(ctx, journal.Event{RunID: r.ID, Flow: r.Flow, Kind: journal.KindReplay, Step: r.Step,
 		Outcome: "replayed", StartedAt: now, EndedAt: now, Queue: q, Status: journal.Running, RunStep: r.Step,
 		Replays: n, Seq: journal.Seq(n, 0, 0, 0), Key: fmt.Sprintf("replay/%d", n)})

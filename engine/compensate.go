@@ -61,7 +61,7 @@ func (e *Engine) startCompensation(ctx context.Context, f *flow, m *broker.Messa
 		return compensationUnresolved, time.Time{}, nil
 	}
 	if hold > 0 {
-		until := time.Now().Add(hold)
+		until := e.now().Add(hold)
 		if err := e.conn.Schedule(ctx, until, out); err != nil {
 			return compensationNone, time.Time{}, fmt.Errorf("hold run %s for replay: %w", m.RunID, err)
 		}
@@ -166,7 +166,7 @@ func newCompRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *c
 // step that completed before it. As a step's, what it came to is recorded
 // before the broker hears of it (written).
 func (c *compRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
-	a := &compAttempt{d: readCompensation(m), result: compMalformed, recording: recording{start: time.Now()}}
+	a := &compAttempt{d: readCompensation(m), result: compMalformed, recording: recording{start: c.e.now()}}
 	return noted(c.decide(ctx, a), a)
 }
 
@@ -272,9 +272,9 @@ func (c *compRunner) failed(ctx context.Context, a *compAttempt, err error) brok
 	var fatal *broker.FatalError
 	serr := &patterns.StepError{Step: compensateKey + "." + c.spec.Name, Err: err}
 	a.err = serr
-	if !errors.As(err, &fatal) && !undecodable(err) && c.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) == "" {
+	if !errors.As(err, &fatal) && !undecodable(err) && c.policy.GiveUp(m.Attempt, m.FirstSeen, c.e.now()) == "" {
 		a.result = compRetrying
-		a.expect, a.reason, a.delay = expected(serr, false, c.policy, m)
+		a.expect, a.reason, a.delay = expected(serr, false, c.policy, m, c.e.now())
 		return broker.Retry(serr)
 	}
 	a.result = compGivenUp
@@ -295,7 +295,7 @@ func (c *compRunner) failed(ctx context.Context, a *compAttempt, err error) brok
 	}
 	c.e.log.Error("compensation given up: the run is unresolved, a person has to look",
 		slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.String("step", c.spec.Name), slog.Any("error", err))
-	a.expect, a.reason, a.delay = expected(serr, true, c.policy, m)
+	a.expect, a.reason, a.delay = expected(serr, true, c.policy, m, c.e.now())
 	return broker.Reject(serr)
 }
 

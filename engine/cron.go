@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -43,7 +44,7 @@ type TriggerInfo struct {
 // Triggers lists the cron triggers of the registered flows with their
 // next firing.
 func (e *Engine) Triggers() []TriggerInfo {
-	now := time.Now()
+	now := e.now()
 	var out []TriggerInfo
 	for _, f := range e.registered() {
 		for _, c := range f.def.Crons() {
@@ -75,7 +76,8 @@ func (w *Worker) startCron(ctx context.Context, fs []*flow) error {
 			}
 		}
 		for _, c := range crons {
-			w.background.Go(func() { w.runTrigger(w.bgCtx, f, c) })
+			t := w.newTrigger(w.bgCtx, f, c)
+			w.background.Go(t.run)
 		}
 	}
 	return nil
@@ -102,23 +104,74 @@ func (w *Worker) cronLock(ctx context.Context, f *flow) error {
 	return nil
 }
 
-// runTrigger starts a run on every tick of c until ctx ends, after
-// catching up on the ticks missed while no worker ran.
-func (w *Worker) runTrigger(ctx context.Context, f *flow, c dsl.CronSpec) {
-	note := w.catchUp(ctx, f, c)
-	for {
-		tick := c.Next(time.Now())
-		t := time.NewTimer(time.Until(tick))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if w.fire(ctx, f, c, tick, note) {
-			note = ""
-		}
+// trigger is one cron trigger of a running worker: a timer on the
+// connection's clock for its next tick, whose call starts the tick's run
+// and arms the timer for the tick after. A clock a test moves by hand
+// (package engine/flowtest) calls it on the goroutine moving the clock:
+// by the time the clock has moved, the run has started and the next tick
+// is armed.
+type trigger struct {
+	w     *Worker
+	ctx   context.Context
+	f     *flow
+	c     dsl.CronSpec
+	clock broker.Clock
+
+	mu sync.Mutex
+	// note goes into the next run's start (missed ticks skipped).
+	note string
+	// stop stops the armed timer; done says the worker is closing, and
+	// no timer is to be armed again; firing counts the timers armed and
+	// not yet stopped or returned.
+	stop   func() bool
+	done   bool
+	firing sync.WaitGroup
+}
+
+// newTrigger catches up on the ticks of c missed while no worker ran,
+// and arms the timer for its next tick before the worker's start
+// returns: on a clock a test moves, a tick the test moves past fires.
+func (w *Worker) newTrigger(ctx context.Context, f *flow, c dsl.CronSpec) *trigger {
+	t := &trigger{w: w, ctx: ctx, f: f, c: c, clock: w.e.conn.Clock()}
+	t.note = w.catchUp(ctx, f, c)
+	t.mu.Lock()
+	t.arm()
+	t.mu.Unlock()
+	return t
+}
+
+// run starts a run on every tick until the trigger's context ends.
+func (t *trigger) run() {
+	<-t.ctx.Done()
+	t.mu.Lock()
+	t.done = true
+	if t.stop() {
+		t.firing.Done()
 	}
+	t.mu.Unlock()
+	t.firing.Wait()
+}
+
+// arm sets the timer for the next tick. t.mu is held.
+func (t *trigger) arm() {
+	now := t.clock.Now()
+	tick := t.c.Next(now)
+	t.firing.Add(1)
+	t.stop = t.clock.AfterFunc(tick.Sub(now), func() {
+		defer t.firing.Done()
+		t.mu.Lock()
+		note := t.note
+		t.mu.Unlock()
+		started := t.w.fire(t.ctx, t.f, t.c, tick, note)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if started {
+			t.note = ""
+		}
+		if !t.done {
+			t.arm()
+		}
+	})
 }
 
 // catchUp looks at what the trigger missed since its last claimed tick:
@@ -133,7 +186,7 @@ func (w *Worker) catchUp(ctx context.Context, f *flow, c dsl.CronSpec) string {
 	if err != nil || !ok {
 		return ""
 	}
-	now := time.Now()
+	now := w.e.now()
 	var missed int
 	var latest time.Time
 	for t := c.Next(last); t.Before(now) && missed < maxMissedTicks; t = c.Next(t) {

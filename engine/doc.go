@@ -68,6 +68,18 @@
 // and replay is recorded in the run journal (package journal), off the hot
 // path in batches and never dropped.
 //
+// # Time
+//
+// The engine reads the time from its connection's clock
+// (broker.Config.Clock, the system's unless a test gives one): a delay's
+// due time, a hold's end, the start of a run started In a duration,
+// whether a wait can still be cancelled, cron ticks, and every time the
+// journal records, so that a run's timeline reads in the time its flow
+// saw. Step durations and timeouts stay in real time, as do the worker's
+// own pacing (housekeeping, the tidier) and the idempotency store's
+// leases. Package flowtest runs flows on a clock the test moves, so that
+// a delay or a hold of hours passes at once.
+//
 // # Metrics
 //
 // Given a MeterProvider (Config.MeterProvider), the engine records the

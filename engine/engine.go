@@ -281,6 +281,11 @@ func (e *Engine) registered() []*flow {
 // Conn is the engine's connection.
 func (e *Engine) Conn() *broker.Conn { return e.conn }
 
+// now is the time on the connection's clock: every time that decides what
+// happens to a run (a delay's due time, a hold's end, whether a wait can
+// still be cancelled) and every time the journal records.
+func (e *Engine) now() time.Time { return e.conn.Clock().Now() }
+
 // Journal is the journal the engine records runs in, for reading.
 func (e *Engine) Journal() journal.Journal { return e.journal }
 

@@ -87,7 +87,7 @@ func (e *Engine) recordUnread(ctx context.Context, f *flow, step, queue string, 
 	if s.Outcome == broker.OutcomeLabelParked {
 		dead = queue + broker.ParkedSuffix
 	}
-	now := time.Now()
+	now := e.now()
 	ev := journal.Event{RunID: s.RunID, Flow: f.name, Kind: journal.KindStep, Step: step, Outcome: s.Outcome,
 		StartedAt: s.Started, EndedAt: now, Error: s.Reason, Queue: queue, Status: journal.Failed, RunStep: step,
 		DeadLetter: dead, Seq: journal.Seq(0, stage, 1, 2), Key: "unread/" + s.MessageID}
@@ -103,7 +103,7 @@ func (e *Engine) recordUnread(ctx context.Context, f *flow, step, queue string, 
 // view of it and s what the consumer did with it (or will do), with the
 // run's metrics counted for it.
 func (r *stepRunner) outcome(ctx context.Context, a *stepAttempt, s broker.Settlement) []journal.Event {
-	events := r.events(a, s, time.Now())
+	events := r.events(a, s, r.e.now())
 	for _, e := range events {
 		if e.Kind != journal.KindStep && e.Kind != journal.KindHandOff {
 			continue
@@ -111,12 +111,12 @@ func (r *stepRunner) outcome(ctx context.Context, a *stepAttempt, s broker.Settl
 		m := a.d.m
 		switch e.Status {
 		case journal.Completed:
-			r.e.metrics.left(ctx, r.f.name, e.RunStep, RunCompleted, time.Since(m.FirstSeen))
+			r.e.metrics.left(ctx, r.f.name, e.RunStep, RunCompleted, r.e.now().Sub(m.FirstSeen))
 		case journal.Ended:
-			r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunEndedEarly, time.Since(m.FirstSeen))
+			r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunEndedEarly, r.e.now().Sub(m.FirstSeen))
 		case journal.Failed, journal.Compensating, journal.Unresolved:
 			if e.Kind == journal.KindStep && e.Step == r.spec.Name {
-				r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunFailed, time.Since(m.FirstSeen))
+				r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunFailed, r.e.now().Sub(m.FirstSeen))
 			}
 		}
 	}
@@ -304,7 +304,7 @@ func (c *compRunner) settled(ctx context.Context, s broker.Settlement) {
 // outcome is the journal event of one delivery of a compensation, with its
 // metric counted; none when there is nothing to record.
 func (c *compRunner) outcome(ctx context.Context, a *compAttempt, s broker.Settlement) []journal.Event {
-	e, ok := c.event(a, s, time.Now())
+	e, ok := c.event(a, s, c.e.now())
 	if !ok {
 		return nil
 	}
@@ -380,7 +380,7 @@ func (n *nowRunner) settled(ctx context.Context, s broker.Settlement) {
 	if m == nil || m.RunID == "" || s.Outcome != broker.OutcomeLabelAccepted {
 		return
 	}
-	now := time.Now()
+	now := n.e.now()
 	r := max(replays(m.Headers)-1, 0)
 	e := journal.Event{RunID: m.RunID, Flow: n.f.name, Kind: journal.KindCompensation, Outcome: "compensation started on request",
 		StartedAt: s.Started, EndedAt: now, Queue: n.f.compensateNowQueue(), Replays: r,

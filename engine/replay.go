@@ -62,7 +62,7 @@ func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
 	}
 	moved.To = strings.TrimSuffix(moved.From, broker.DeadLetterSuffix)
 	n := run.Replays + 1
-	now := time.Now()
+	now := e.now()
 	e.record(ctx, journal.Event{RunID: runID, Flow: moved.Flow, Kind: journal.KindReplay, Step: run.Step,
 		Outcome: "replayed", StartedAt: now, EndedAt: now, Queue: moved.From, Status: journal.Running, RunStep: run.Step,
 		Replays: n, Seq: journal.Seq(n, 0, 0, 0), Key: fmt.Sprintf("replay/%d", n)})
@@ -144,7 +144,7 @@ const settleWindow = 10 * time.Second
 func (e *Engine) moveFailed(ctx context.Context, run journal.Run, known bool, runID string, queues []string, to func(*flow) (string, string)) (Moved, error) {
 	for {
 		moved, err := e.move(ctx, runID, queues, to)
-		if !known || !errors.Is(err, ErrMessageNotFound) || time.Since(run.UpdatedAt) > settleWindow {
+		if !known || !errors.Is(err, ErrMessageNotFound) || e.now().Sub(run.UpdatedAt) > settleWindow {
 			return moved, err
 		}
 		select {

@@ -62,7 +62,7 @@ func (e *Engine) Schedules(ctx context.Context, flow string, limit int) ([]Sched
 	if err != nil {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
-	now := time.Now()
+	now := e.now()
 	out := []Scheduled{}
 	for _, r := range runs {
 		if r.DueAt == nil {
@@ -123,11 +123,11 @@ func (e *Engine) Cancel(ctx context.Context, runID string) (Scheduled, error) {
 	switch {
 	case !waiting:
 		return s, fmt.Errorf("%w: run %s of %s is %s: it waits for nothing (already delivered, or never delayed)", ErrNotCancellable, runID, r.Flow, r.Status)
-	case time.Until(s.DueAt) < cancelMargin:
+	case s.DueAt.Sub(e.now()) < cancelMargin:
 		return s, fmt.Errorf("%w: run %s was due at %s: already delivered, or too close to its due time to cancel", ErrNotCancellable, runID, s.DueAt.Format(time.RFC3339))
 	}
 	s.Kind = e.kindOf(r)
-	now := time.Now()
+	now := e.now()
 	if s.Kind == ScheduledHold {
 		if _, err := e.Compensate(ctx, runID); err != nil {
 			return s, fmt.Errorf("cancel run %s's hold: compensate it: %w", runID, err)

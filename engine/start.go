@@ -18,8 +18,11 @@ import (
 type StartOption func(*startConfig) error
 
 type startConfig struct {
-	runID   string
+	runID string
+	// at is when the run starts (At); in, when it is not zero, how long
+	// after the start on the connection's clock (In).
 	at      time.Time
+	in      time.Duration
 	outcome string
 	again   bool
 }
@@ -60,16 +63,17 @@ func StartAgain() StartOption {
 // and its first step runs at t (never early; the ladder's accuracy is a
 // second). A time already past starts it at once.
 func At(t time.Time) StartOption {
-	return func(c *startConfig) error { c.at = t; return nil }
+	return func(c *startConfig) error { c.at, c.in = t, 0; return nil }
 }
 
-// In is At(now + d). d must not be negative.
+// In is At(now + d), now on the connection's clock. d must not be
+// negative.
 func In(d time.Duration) StartOption {
 	return func(c *startConfig) error {
 		if d < 0 {
 			return fmt.Errorf("%w: start in %s, want 0 or more", ErrInvalidConfig, d)
 		}
-		c.at = time.Now().Add(d)
+		c.at, c.in = time.Time{}, d
 		return nil
 	}
 }
@@ -114,7 +118,7 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 		// events come later in the run and take it on. Written before
 		// Start returns, so that a caller retrying under the run id finds
 		// the run not started, and starts it.
-		now := time.Now()
+		now := e.now()
 		n := p.res.Replays
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patterns.DefaultStoreTimeout)
 		defer cancel()
@@ -213,10 +217,13 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	if err != nil {
 		return p, fmt.Errorf("start %q: %w", f.name, err)
 	}
-	now := time.Now()
+	now := e.now()
 	h, err := f.plan(route, -1, input, now)
 	if err != nil {
 		return p, fmt.Errorf("start %q: %w", f.name, err)
+	}
+	if cfg.in > 0 {
+		cfg.at = now.Add(cfg.in)
 	}
 	if cfg.at.After(now) && cfg.at.After(h.due) {
 		h.due = cfg.at

@@ -138,7 +138,7 @@ func newStepRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *s
 // it to written, which the consumer calls before it settles the delivery;
 // what it found out travels with its Ack (Ack.With).
 func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
-	a := &stepAttempt{d: readStep(m), result: resultFailed, recording: recording{start: time.Now()}}
+	a := &stepAttempt{d: readStep(m), result: resultFailed, recording: recording{start: r.e.now()}}
 	return noted(r.decide(ctx, a), a)
 }
 
@@ -291,7 +291,7 @@ func (r *stepRunner) carried(a *stepAttempt, key string, k kept) {
 func (r *stepRunner) notCarriedOut(ctx context.Context, a *stepAttempt, k kept, err error) broker.Ack {
 	if !unsendable(err) {
 		a.result, a.err = resultHopFailed, err
-		a.expect, a.reason, a.delay = expected(err, false, r.policy, a.d.m)
+		a.expect, a.reason, a.delay = expected(err, false, r.policy, a.d.m, r.e.now())
 		return broker.Retry(err)
 	}
 	var after runState
@@ -383,7 +383,7 @@ func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
 	}
 	plan := hop{next: d.pos + 1}
 	if d.slip == nil {
-		if plan, err = r.f.plan(d.route, d.pos, out, time.Now()); err != nil {
+		if plan, err = r.f.plan(d.route, d.pos, out, r.e.now()); err != nil {
 			// The work is done but where it goes cannot be worked out, on
 			// this attempt or any other: give it up for a person to see.
 			w.giveUp = &patterns.HopError{Step: r.spec.Name, To: "?", Err: broker.Fatal(err)}
@@ -428,7 +428,7 @@ func (e *Engine) carryOut(ctx context.Context, step, runID string, k kept) error
 		return &patterns.HopError{Step: step, To: k.out.RoutingKey, Err: err}
 	}
 	var err error
-	if k.due.After(time.Now()) {
+	if k.due.After(e.now()) {
 		err = e.conn.Schedule(ctx, k.due, k.out)
 	} else {
 		err = e.conn.Send(ctx, k.out)
@@ -497,12 +497,12 @@ func undecodable(err error) bool {
 func (r *stepRunner) failed(ctx context.Context, a *stepAttempt, err error) broker.Ack {
 	m := a.d.m
 	var fatal *broker.FatalError
-	if errors.As(err, &fatal) || undecodable(err) || r.policy.GiveUp(m.Attempt, m.FirstSeen, time.Now()) != "" {
+	if errors.As(err, &fatal) || undecodable(err) || r.policy.GiveUp(m.Attempt, m.FirstSeen, r.e.now()) != "" {
 		return r.giveUp(ctx, a, a.d.state, nil, err)
 	}
 	serr := &patterns.StepError{Step: r.spec.Name, Err: err}
 	a.err = serr
-	a.expect, a.reason, a.delay = expected(serr, false, r.policy, m)
+	a.expect, a.reason, a.delay = expected(serr, false, r.policy, m, r.e.now())
 	return broker.Retry(serr)
 }
 
@@ -526,7 +526,7 @@ func (r *stepRunner) giveUp(ctx context.Context, a *stepAttempt, st runState, un
 	var fatal *broker.FatalError
 	reject := errors.As(err, &fatal) || undecodable(err)
 	a.err = serr
-	a.expect, a.reason, a.delay = expected(serr, reject, r.policy, m)
+	a.expect, a.reason, a.delay = expected(serr, reject, r.policy, m, r.e.now())
 	parked := a.expect == broker.OutcomeLabelParked
 	if len(st.Compensate) > 0 || len(unresolved) > 0 {
 		hold := r.f.hold
@@ -554,17 +554,17 @@ func (r *stepRunner) giveUp(ctx context.Context, a *stepAttempt, st runState, un
 }
 
 // expected is what a consumer with policy p does with the handler's
-// broker.Retry(err) (broker.Reject(err) when reject) for m, as
+// broker.Retry(err) (broker.Reject(err) when reject) for m at now, as
 // broker.Consumer decides it: the outcome it will report, with its reason
 // or retry delay, so that the handler can record it first.
-func expected(err error, reject bool, p broker.RetryPolicy, m *broker.Message) (outcome, reason string, delay time.Duration) {
+func expected(err error, reject bool, p broker.RetryPolicy, m *broker.Message, now time.Time) (outcome, reason string, delay time.Duration) {
 	switch {
 	case undecodable(err):
 		return broker.OutcomeLabelParked, err.Error(), 0
 	case reject:
 		return broker.OutcomeLabelDeadLettered, err.Error(), 0
 	}
-	if why := p.GiveUp(m.Attempt, m.FirstSeen, time.Now()); why != "" {
+	if why := p.GiveUp(m.Attempt, m.FirstSeen, now); why != "" {
 		return broker.OutcomeLabelDeadLettered, fmt.Sprintf("%v (%s)", err, why), 0
 	}
 	return broker.OutcomeLabelRetried, "", p.Delay(m.Attempt)
@@ -613,7 +613,7 @@ func (f *flow) hopMessage(ctx context.Context, conn *broker.Conn, m *broker.Mess
 		opts = append(opts, broker.Type(m.Type))
 	}
 	if slip != nil {
-		header, err := json.Marshal(slip.Advance(time.Now()))
+		header, err := json.Marshal(slip.Advance(conn.Clock().Now()))
 		if err != nil {
 			return broker.Outgoing{}, err
 		}

@@ -46,11 +46,16 @@ type SchedulerStats struct {
 // process and delivering from another works.
 func NewScheduler(conn *broker.Conn) *Scheduler { return &Scheduler{conn: conn} }
 
-// In schedules payload for delivery after d (at once when d <= 0), to the
-// destination dest names (broker.To, broker.ToExchange) with any other
-// publish options. It returns once the ladder has confirmed the message.
+// In schedules payload for delivery after d on the connection's clock (at
+// once when d <= 0), to the destination dest names (broker.To,
+// broker.ToExchange) with any other publish options. It returns once the
+// ladder has confirmed the message.
 func (s *Scheduler) In(ctx context.Context, d time.Duration, payload any, dest ...broker.PublishOption) error {
-	return s.At(ctx, time.Now().Add(d), payload, dest...)
+	now := time.Now()
+	if s.conn != nil {
+		now = s.conn.Clock().Now()
+	}
+	return s.At(ctx, now.Add(d), payload, dest...)
 }
 
 // At schedules payload for delivery at t (at once when t has passed); see

@@ -197,8 +197,8 @@ func TestStandIns(t *testing.T) {
 // each behaviour an order can choose, as the journal shows it and as the
 // services saw it.
 func TestPlaceOrderRuns(t *testing.T) {
-	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
-		fx := newFixture(t, h, newRecorder())
+	each(t, func(t *testing.T, open func(*recorder) *fixture) {
+		fx := open(newRecorder())
 		order := func(id string, change func(*workflows.Order)) workflows.Order {
 			o := workflows.ExampleOrder()
 			o.ID = id
@@ -213,7 +213,7 @@ func TestPlaceOrderRuns(t *testing.T) {
 		}))
 		declined := fx.start(order("declined", func(o *workflows.Order) { o.Card = workflows.CardDeclined }))
 		refused := fx.start(order("refused", func(o *workflows.Order) { o.Address = "Atlantis" }))
-		shipAt := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+		shipAt := fx.now().Add(fx.short(30*time.Minute, 2*time.Second)).Truncate(time.Millisecond)
 		later := fx.start(order("later", func(o *workflows.Order) { o.ShipAt = shipAt }))
 
 		fx.wait(ok, journal.Completed, 10*time.Second)
@@ -237,7 +237,7 @@ func TestPlaceOrderRuns(t *testing.T) {
 		require.Equal(t, "reserve", r.Step)
 		require.Contains(t, r.Error, `saga reserve failed at "book-courier": book a courier: fatal: courier: no deliveries to "Atlantis"; undone: reserve-stock`)
 		require.NotNil(t, r.DueAt, "held for replay")
-		require.WithinDuration(t, time.Now().Add(workflows.PlaceOrderHold), *r.DueAt, 10*time.Second)
+		require.WithinDuration(t, fx.now().Add(workflows.PlaceOrderHold), *r.DueAt, 10*time.Second)
 		require.Equal(t, []string{"charge", "reserve", "book!", "release res-refused"}, fx.rec.of("refused"),
 			"the saga released the stock it had reserved; the charge waits")
 		moved, err := fx.eng.Compensate(brokertest.Ctx(t), refused)
@@ -261,21 +261,21 @@ func TestPlaceOrderRuns(t *testing.T) {
 // for replay; once the outage is over, a replayed run completes, and a
 // run compensated instead is undone step by step.
 func TestPlaceOrderOutage(t *testing.T) {
-	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+	each(t, func(t *testing.T, open func(*recorder) *fixture) {
 		rec := newRecorder()
 		var outage atomic.Value
 		outage.Store("ship")
 		rec.Outage = func() string { return outage.Load().(string) }
-		fx := newFixture(t, h, rec)
+		fx := open(rec)
 		o := workflows.ExampleOrder()
 		o.ID = "replayed"
 		replayed := fx.start(o)
 		o.ID = "compensated"
 		compensated := fx.start(o)
 
-		began := time.Now()
+		began := fx.now()
 		r := fx.wait(replayed, journal.Failed, 20*time.Second)
-		require.Less(t, time.Since(began), 15*time.Second, "given up within seconds")
+		require.Less(t, fx.now().Sub(began), 15*time.Second, "given up within seconds")
 		require.Equal(t, "ship", r.Step)
 		require.Contains(t, r.Error, "ship: courier: service unavailable (outage simulated by ACEMQ_DEMO_OUTAGE=ship)")
 		require.NotNil(t, r.DueAt, "held for replay")
@@ -303,27 +303,23 @@ func TestPlaceOrderOutage(t *testing.T) {
 }
 
 // TestPlaceOrderCourierBack: an order whose courier cannot take it yet
-// fails at ship and is held; replayed once the courier is back, it
-// completes. What `acemq-flow dev`'s dev-7 shows in the dashboard.
+// fails at ship and is held; replayed once the courier is back (within the
+// hold), it completes. What `acemq-flow dev`'s dev-7 shows in the
+// dashboard.
 func TestPlaceOrderCourierBack(t *testing.T) {
-	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
-		rec := newRecorder()
-		var clock atomic.Int64
-		start := time.Now()
-		clock.Store(start.UnixNano())
-		rec.Now = func() time.Time { return time.Unix(0, clock.Load()) }
-		fx := newFixture(t, h, rec)
+	each(t, func(t *testing.T, open func(*recorder) *fixture) {
+		fx := open(newRecorder())
 		o := workflows.ExampleOrder()
-		o.ID, o.CourierBackAt = "closed", start.Add(time.Hour)
+		o.ID, o.CourierBackAt = "closed", fx.now().Add(30*time.Second)
 		run := fx.start(o)
 		r := fx.wait(run, journal.Failed, 20*time.Second)
 		require.Contains(t, r.Error, "courier: the depot is closed until")
 		require.NotNil(t, r.DueAt, "held for a replay")
 
-		clock.Store(start.Add(2 * time.Hour).UnixNano())
+		fx.pass(time.Minute)
 		_, err := fx.eng.Replay(brokertest.Ctx(t), run)
 		require.NoError(t, err)
 		fx.wait(run, journal.Completed, 10*time.Second)
-		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!", "ship"}, rec.of("closed"))
+		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!", "ship"}, fx.rec.of("closed"))
 	})
 }

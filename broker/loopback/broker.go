@@ -13,6 +13,8 @@ import (
 // to it. The zero value is not usable; call [New] or [Named].
 type Broker struct {
 	name string
+	// clock expires messages and stamps x-death (nil = the system's).
+	clock Clock
 
 	// mu guards everything below and all the state of the exchanges,
 	// queues, connections, subscriptions and deliveries of this broker: one
@@ -26,6 +28,45 @@ type Broker struct {
 	// dispatched, their timer re-armed) before the lock is released.
 	dirty []*queue
 	seq   uint64
+	// delivered counts the deliveries made, unsettled those not yet
+	// settled, over every connection (Stats).
+	delivered uint64
+	unsettled int
+}
+
+// Clock is where a broker reads the time: its TTLs expire, and its x-death
+// entries are stamped, on it. Its method set is broker.Clock's, so that a
+// connection's clock can be handed straight to the loopback under it.
+type Clock interface {
+	// Now is the current time.
+	Now() time.Time
+	// AfterFunc calls f, once, when d has passed on the clock (as
+	// time.AfterFunc does, on a goroutine of its own; a clock a test moves
+	// by hand may call it on the goroutine that moves it, and wait for
+	// it), and returns a function that cancels the call: true if it did,
+	// false if f has already been called or cancelled.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// Stats is what a broker holds in flight at one instant.
+type Stats struct {
+	// Unsettled is the deliveries handed to a consumer or taken with Get
+	// and neither acknowledged nor rejected yet, over every connection.
+	Unsettled int
+	// Delivered is the deliveries made since the broker was created: two
+	// Stats with the same Delivered saw no delivery between them.
+	Delivered uint64
+}
+
+// Stats reports what the broker holds in flight. A broker with nothing
+// unsettled has nothing under way: a ready message waits in a queue
+// without a consumer that has room (a dead-letter queue, a rung of the
+// scheduler ladder), where only a client or an expiry timer moves it. A
+// test that skips time waits for that before it moves its clock on.
+func (b *Broker) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return Stats{Unsettled: b.unsettled, Delivered: b.delivered}
 }
 
 var (
@@ -38,8 +79,31 @@ var (
 // New returns an isolated broker named "memory://loopback-<n>", with the
 // exchanges RabbitMQ pre-declares: the default exchange, amq.direct,
 // amq.topic and amq.fanout.
-func New() *Broker {
-	return newBroker("memory://loopback-" + strconv.FormatUint(anonymous.Add(1), 10))
+func New() *Broker { return NewWithClock(nil) }
+
+// NewWithClock is New with its TTLs expiring on c (nil = the system's
+// clock): what a test that moves a clock by hand gives the connection it
+// wraps the broker in, too (broker.Config.Clock).
+func NewWithClock(c Clock) *Broker {
+	b := newBroker("memory://loopback-" + strconv.FormatUint(anonymous.Add(1), 10))
+	b.clock = c
+	return b
+}
+
+// now is the time on the broker's clock.
+func (b *Broker) now() time.Time {
+	if b.clock == nil {
+		return time.Now()
+	}
+	return b.clock.Now()
+}
+
+// afterFunc calls f after d on the broker's clock.
+func (b *Broker) afterFunc(d time.Duration, f func()) func() bool {
+	if b.clock == nil {
+		return time.AfterFunc(d, f).Stop
+	}
+	return b.clock.AfterFunc(d, f)
 }
 
 // Named returns the process-wide broker called name, creating it on first

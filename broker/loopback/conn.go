@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/acemq/acemq-flow/broker/transport"
 )
@@ -105,7 +104,7 @@ func (c *conn) publish(ctx context.Context, p transport.Publishing) error {
 		}
 		return nil
 	}
-	now := time.Now()
+	now := b.now()
 	nacked := false
 	for _, q := range targets {
 		if !b.enqueue(q, &message{msg: msg, exchange: p.Exchange, routingKey: p.RoutingKey}, now) {
@@ -166,7 +165,7 @@ func (c *conn) consume(ctx context.Context, name string, opts transport.ConsumeO
 	q.consumers = append(q.consumers, s)
 	c.subs[s] = struct{}{}
 	b.markDirty(q)
-	b.flush(time.Now())
+	b.flush(b.now())
 	return s, nil
 }
 
@@ -183,7 +182,7 @@ func (c *conn) Get(ctx context.Context, queue string) (*transport.Delivery, erro
 	if err != nil {
 		return nil, fmt.Errorf("get from %q: %w", queue, err)
 	}
-	now := time.Now()
+	now := b.now()
 	b.expireHead(q, now)
 	m := q.take()
 	b.markDirty(q)
@@ -222,7 +221,7 @@ func (c *conn) Purge(ctx context.Context, queue string) (int, error) {
 		return 0, fmt.Errorf("purge %q: %w", queue, err)
 	}
 	n := q.clearReady()
-	b.arm(q, time.Now())
+	b.arm(q, b.now())
 	return n, nil
 }
 
@@ -244,7 +243,7 @@ func (c *conn) DeleteQueue(ctx context.Context, queue string) (int, error) {
 	}
 	n := q.ready.len()
 	b.deleteQueue(q)
-	b.flush(time.Now())
+	b.flush(b.now())
 	return n, nil
 }
 
@@ -317,7 +316,7 @@ func (c *conn) Close(ctx context.Context) error {
 	defer c.b.mu.Unlock()
 	if !c.closed {
 		c.b.closeConn(c)
-		c.b.flush(time.Now())
+		c.b.flush(c.b.now())
 	}
 	return nil
 }
@@ -332,12 +331,13 @@ func (b *Broker) closeConn(c *conn) {
 	// In delivery order: a quorum queue serves returned messages in the
 	// order they were delivered.
 	pending := slices.SortedFunc(maps.Keys(c.unsettled), func(x, y *pending) int { return cmp.Compare(x.seq, y.seq) })
-	now := time.Now()
+	now := b.now()
 	for _, p := range pending {
 		if !p.q.deleted {
 			b.putBack(p.q, p.m, returned, now)
 		}
 	}
+	b.unsettled -= len(c.unsettled)
 	c.unsettled = nil
 	for q := range c.exclusive {
 		b.deleteQueue(q)

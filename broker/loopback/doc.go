@@ -17,6 +17,12 @@
 // cycle detection, and quorum queues' x-delivery-count and
 // x-delivery-limit.
 //
+// TTLs expire on the broker's clock: the system's for [New], the caller's
+// for [NewWithClock] (a test that moves its clock by hand, as package
+// engine/flowtest does, with the same clock on its broker.Conn). [Broker.Stats]
+// says what is in flight (deliveries unsettled, deliveries made), so that
+// such a test can wait until nothing moves before it moves the clock.
+//
 // A message that goes back to its queue comes back where RabbitMQ 3.10
 // puts it. A classic queue (x-queue-type classic, or none) restores it to
 // its original position, whether it was requeued by a nack or returned by a

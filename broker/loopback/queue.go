@@ -34,11 +34,12 @@ type queue struct {
 	deleted bool
 	dirty   bool
 
-	// timer fires when the head message expires. timerGen tells a timer
-	// that fired late, after being replaced or stopped, to do nothing.
-	timer    *time.Timer
-	timerAt  time.Time
-	timerGen uint64
+	// stopTimer stops the timer that fires when the head message expires
+	// (nil when none is armed). timerGen tells a timer that fired late,
+	// after being replaced or stopped, to do nothing.
+	stopTimer func() bool
+	timerAt   time.Time
+	timerGen  uint64
 }
 
 // enqueue adds m at the tail of q, applying the queue's TTL and length
@@ -197,7 +198,7 @@ func (b *Broker) arm(q *queue, now time.Time) {
 		b.disarm(q)
 		return
 	}
-	if q.timer != nil && q.timerAt.Equal(head.expiresAt) {
+	if q.stopTimer != nil && q.timerAt.Equal(head.expiresAt) {
 		return
 	}
 	b.disarm(q)
@@ -205,14 +206,14 @@ func (b *Broker) arm(q *queue, now time.Time) {
 	gen := q.timerGen
 	// The extra millisecond makes the timer fire strictly after the
 	// deadline, so that one firing always expires the head.
-	q.timer = time.AfterFunc(head.expiresAt.Sub(now)+time.Millisecond, func() { b.expired(q, gen) })
+	q.stopTimer = b.afterFunc(head.expiresAt.Sub(now)+time.Millisecond, func() { b.expired(q, gen) })
 }
 
 func (b *Broker) disarm(q *queue) {
 	q.timerGen++
-	if q.timer != nil {
-		q.timer.Stop()
-		q.timer = nil
+	if q.stopTimer != nil {
+		q.stopTimer()
+		q.stopTimer = nil
 	}
 }
 
@@ -223,9 +224,9 @@ func (b *Broker) expired(q *queue, gen uint64) {
 	if q.deleted || q.timerGen != gen {
 		return
 	}
-	q.timer = nil
+	q.stopTimer = nil
 	b.markDirty(q)
-	b.flush(time.Now())
+	b.flush(b.now())
 }
 
 // deleteQueue removes q: its consumers are cancelled (their Err says why),

@@ -37,7 +37,7 @@ func (s *subscription) Cancel(ctx context.Context) error {
 	defer s.b.mu.Unlock()
 	if !s.ended {
 		s.b.endSubscription(s, nil)
-		s.b.flush(time.Now())
+		s.b.flush(s.b.now())
 	}
 	return nil
 }
@@ -83,6 +83,8 @@ func (b *Broker) delivery(c *conn, q *queue, m *message, s *subscription) *trans
 	c.seq++
 	p := &pending{b: b, c: c, q: q, m: m, sub: s, seq: c.seq}
 	c.unsettled[p] = struct{}{}
+	b.delivered++
+	b.unsettled++
 	d := &transport.Delivery{
 		Message:     copyMessage(m.msg),
 		Exchange:    m.exchange,
@@ -143,6 +145,7 @@ func (p *pending) settle(op string, then func(now time.Time)) error {
 	}
 	p.settled = true
 	delete(p.c.unsettled, p)
+	b.unsettled--
 	if p.sub != nil {
 		p.sub.unsettled--
 	}
@@ -151,7 +154,7 @@ func (p *pending) settle(op string, then func(now time.Time)) error {
 	}
 	// A freed prefetch slot may let the queue deliver again.
 	b.markDirty(p.q)
-	now := time.Now()
+	now := b.now()
 	then(now)
 	b.flush(now)
 	return nil

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -116,9 +117,17 @@ func (t *Transport) connect(ctx context.Context, node int) (*session, error) {
 	stop := context.AfterFunc(t.ctx, cancel)
 	defer stop()
 
+	var tc *tls.Config
+	if t.tls != nil {
+		var err error
+		if tc, err = t.tls.config(n.host); err != nil {
+			return nil, fmt.Errorf("rabbitmq: dial %s: %w", n.redacted, err)
+		}
+	}
 	var (
 		netMu   sync.Mutex
 		netConn net.Conn
+		tlsConn *readRecorder
 	)
 	dialer := &net.Dialer{Timeout: t.cfg.DialTimeout}
 	props := amqp.NewConnectionProperties()
@@ -127,8 +136,11 @@ func (t *Transport) connect(ctx context.Context, node int) (*session, error) {
 		Heartbeat:  t.cfg.Heartbeat,
 		Properties: props,
 		Locale:     "en_US",
-		Dial: func(network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
+		// The node's own address: amqp091 is handed an amqp:// URL for an
+		// amqps:// node (it would otherwise do the TLS itself), whose
+		// default port is not TLS's.
+		Dial: func(network, _ string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, n.addr)
 			if err != nil {
 				return nil, err
 			}
@@ -138,23 +150,30 @@ func (t *Transport) connect(ctx context.Context, node int) (*session, error) {
 				return nil, err
 			}
 			netMu.Lock()
-			defer netMu.Unlock()
 			if ctx.Err() != nil {
+				netMu.Unlock()
 				c.Close()
 				return nil, ctx.Err()
 			}
 			netConn = c
-			return c, nil
+			netMu.Unlock()
+			if tc == nil {
+				return c, nil
+			}
+			tl := tls.Client(c, tc)
+			if err := tl.HandshakeContext(ctx); err != nil {
+				c.Close()
+				return nil, err
+			}
+			tlsConn = &readRecorder{Conn: tl}
+			return tlsConn, nil
 		},
 	}
-	if t.tls != nil {
-		// Always set for amqps://, so that amqp091 never builds one of its
-		// own from the query.
-		tc, err := t.tls.config(n.host)
-		if err != nil {
-			return nil, fmt.Errorf("rabbitmq: dial %s: %w", n.redacted, err)
-		}
-		acfg.TLSClientConfig = tc
+	raw := n.raw
+	if tc != nil {
+		// The TLS is ours (see Dial above): amqp091 speaks AMQP over it.
+		_, rest, _ := strings.Cut(raw, "://")
+		raw = "amqp://" + rest
 	}
 	// Closing the socket is the only way to interrupt a handshake in progress.
 	abort := context.AfterFunc(ctx, func() {
@@ -164,7 +183,7 @@ func (t *Transport) connect(ctx context.Context, node int) (*session, error) {
 			netConn.Close()
 		}
 	})
-	conn, err := amqp.DialConfig(n.raw, acfg)
+	conn, err := amqp.DialConfig(raw, acfg)
 	aborted := !abort()
 	if err == nil && aborted {
 		conn.Close()
@@ -177,8 +196,8 @@ func (t *Transport) connect(ctx context.Context, node int) (*session, error) {
 		if ctx.Err() != nil {
 			err = errors.Join(ctx.Err(), err)
 		}
-		if acfg.TLSClientConfig != nil {
-			err = tlsFailure(err, n.addr, acfg.TLSClientConfig.ServerName)
+		if tc != nil {
+			err = tlsFailure(err, tlsConn.first(), n.addr, tc.ServerName)
 		}
 		return nil, fmt.Errorf("rabbitmq: dial %s: %w", n.redacted, t.url.scrub(err))
 	}

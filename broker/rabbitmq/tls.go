@@ -5,8 +5,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"sync"
 )
 
 // The query parameters of an amqps:// URL that configure TLS: the names
@@ -169,14 +171,56 @@ func verdict(err error) string {
 	return ""
 }
 
-// tlsFailure wraps err as a *TLSError when it is a TLS failure: a
-// handshake error, or (TLS 1.3 sends its verdict on the client's
-// certificate after the handshake) an alert the node sent while the AMQP
-// handshake read its first frame, which amqp091 reports only as text.
-func tlsFailure(err error, node, serverName string) error {
-	var alert tls.AlertError
-	if verdict(err) != "" || errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls:") {
+// tlsFailure wraps err as a *TLSError when it, or the first error a read
+// of the TLS connection returned (read; nil when there was none), is a TLS
+// failure: a handshake error, or an alert the node sent after the
+// handshake. TLS 1.3 sends its verdict on the client's certificate then,
+// and amqp091 reports that read's failure as text, or only as a closed
+// connection when its reader shuts down first.
+func tlsFailure(err, read error, node, serverName string) error {
+	if isTLSFailure(err) {
 		return &TLSError{Node: node, ServerName: serverName, Err: err}
 	}
+	if read != nil && isTLSFailure(read) {
+		return &TLSError{Node: node, ServerName: serverName, Err: read}
+	}
 	return err
+}
+
+// isTLSFailure reports whether err is a certificate, record or alert error
+// of the TLS library.
+func isTLSFailure(err error) bool {
+	var alert tls.AlertError
+	return verdict(err) != "" || errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls:")
+}
+
+// readRecorder is a connection that remembers the first error a read
+// returned, for tlsFailure.
+type readRecorder struct {
+	net.Conn
+	mu  sync.Mutex
+	err error
+}
+
+// Read reads from the connection and remembers its first error.
+func (c *readRecorder) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		c.mu.Lock()
+		if c.err == nil {
+			c.err = err
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// first returns the first error a read returned, nil for none or a nil c.
+func (c *readRecorder) first() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }

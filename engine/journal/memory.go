@@ -26,6 +26,8 @@ type Memory struct {
 	// data is what PutData kept, by run: apart from runs, since data may
 	// be put before anything of its run is recorded.
 	data map[string]map[string][]byte
+	// joins are the runs' joins (JoinStore), by run and key.
+	joins map[string]map[string]*memJoin
 }
 
 type memRun struct {
@@ -42,7 +44,7 @@ func NewMemory(maxRuns int) (*Memory, error) {
 	if maxRuns == 0 {
 		maxRuns = DefaultMaxRuns
 	}
-	return &Memory{max: maxRuns, runs: map[string]*memRun{}, data: map[string]map[string][]byte{}}, nil
+	return &Memory{max: maxRuns, runs: map[string]*memRun{}, data: map[string]map[string][]byte{}, joins: map[string]map[string]*memJoin{}}, nil
 }
 
 // Record applies events by the package's rules. A batch holding an event
@@ -128,6 +130,7 @@ func (m *Memory) evictLocked() {
 	for _, r := range all[:len(m.runs)-m.max+m.max/10] {
 		delete(m.runs, r.run.ID)
 		delete(m.data, r.run.ID)
+		delete(m.joins, r.run.ID)
 	}
 }
 

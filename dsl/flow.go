@@ -138,25 +138,36 @@ func stepAt(steps []StepSpec, i int) string {
 }
 
 // check validates the steps as a whole: names, types along the chain,
-// expressions and what an External step or an itinerary rules out.
+// expressions and what an External step, an itinerary or a fork rules out.
 func (f *FlowDef) check() error {
 	if f.steps[0].External && f.itinerary == nil {
 		return f.fail(f.steps[0].Name, "the first step cannot be External: a run starts in this flow")
 	}
-	for i := range f.steps {
-		s := &f.steps[i]
+	var seen []string
+	for _, s := range f.all() {
 		switch {
 		case !stepName.MatchString(s.Name):
 			return f.fail(s.Name, "the name is not letters, digits, '-' and '_' (at most 64)")
 		case s.Name == CompensateQueueInfix:
 			return f.fail(s.Name, "%q is reserved for the flow's compensation queues", CompensateQueueInfix)
-		case slices.IndexFunc(f.steps[:i], func(o StepSpec) bool { return o.Name == s.Name }) >= 0:
+		case slices.Contains(seen, s.Name):
 			return f.fail(s.Name, "named twice")
 		}
-		if i > 0 && f.steps[i-1].External && (s.whenSrc != "" || s.Delay > 0 || s.delayUntilSrc != "") {
-			return f.fail(s.Name, "a When or a delay after External step %q: the other service makes that hop and knows nothing of them", f.steps[i-1].Name)
+		seen = append(seen, s.Name)
+	}
+	for _, s := range f.steps {
+		if s.Fork == nil {
+			continue
 		}
-		if f.itinerary != nil {
+		switch {
+		case f.itinerary != nil:
+			return f.fail(s.Name, "a Parallel or ForEach in a flow with an Itinerary: a routing slip has no branches")
+		case f.hold > 0:
+			return f.fail(s.Name, "a Parallel or ForEach in a flow with HoldForReplay: a held branch cannot be replayed on its own yet, so such a flow compensates at once")
+		}
+	}
+	if f.itinerary != nil {
+		for _, s := range f.steps {
 			if s.whenSrc != "" || s.Delay > 0 || s.delayUntilSrc != "" {
 				return f.fail(s.Name, "a When or a delay in a flow with an Itinerary: the itinerary decides each run's route")
 			}
@@ -165,13 +176,18 @@ func (f *FlowDef) check() error {
 					s.In, s.Out, f.itinerary.in)
 			}
 		}
-		if err := f.compile(i); err != nil {
-			return err
-		}
 	}
-	if f.itinerary == nil {
-		if err := f.checkChain(); err != nil {
-			return err
+	if err := f.checkSequence(f.steps, nil, f.itinerary == nil); err != nil {
+		return err
+	}
+	for _, s := range f.steps {
+		if s.Fork == nil {
+			continue
+		}
+		for _, branch := range s.Fork.Branches {
+			if err := f.checkSequence(branch, s.In, true); err != nil {
+				return err
+			}
 		}
 	}
 	if f.hasEx {
@@ -187,28 +203,67 @@ func (f *FlowDef) check() error {
 	return nil
 }
 
+// all is every step of the flow: its own, and those of its forks'
+// branches.
+func (f *FlowDef) all() []StepSpec {
+	var out []StepSpec
+	for _, s := range f.steps {
+		out = append(out, s)
+		if s.Fork != nil {
+			for _, b := range s.Fork.Branches {
+				out = append(out, b...)
+			}
+		}
+	}
+	return out
+}
+
+// checkSequence checks steps that run one after the other (the flow's, or
+// a branch's, given in, what reached the branch): what an External step
+// before a step rules out, the expressions, and, when chain, that each
+// step takes what the one before it returns.
+func (f *FlowDef) checkSequence(steps []StepSpec, in reflect.Type, chain bool) error {
+	for i := range steps {
+		s := &steps[i]
+		if i > 0 && steps[i-1].External && (s.whenSrc != "" || s.Delay > 0 || s.delayUntilSrc != "") {
+			return f.fail(s.Name, "a When or a delay after External step %q: the other service makes that hop and knows nothing of them", steps[i-1].Name)
+		}
+		prev := in
+		if i > 0 {
+			prev = steps[i-1].Out
+		}
+		if err := f.compile(s, prev, i > 0 && !steps[i-1].External); err != nil {
+			return err
+		}
+	}
+	if chain {
+		return f.checkChain(steps)
+	}
+	return nil
+}
+
 // checkChain checks that each step takes what the one before it returns.
-func (f *FlowDef) checkChain() error {
+func (f *FlowDef) checkChain(steps []StepSpec) error {
 	var prev reflect.Type
-	for i, s := range f.steps {
+	for i, s := range steps {
 		if s.When != nil && !fits(s.Out, s.In) {
 			return f.fail(s.Name, "has a When but returns %s for a %s: a skipped step passes its payload on unchanged, so it must return what it takes", s.Out, s.In)
 		}
-		if i > 0 && !f.steps[i-1].External && !s.External && !fits(prev, s.In) {
-			return f.fail(s.Name, "takes %s, but step %q before it returns %s", s.In, f.steps[i-1].Name, prev)
+		if i > 0 && !steps[i-1].External && !s.External && !fits(prev, s.In) {
+			return f.fail(s.Name, "takes %s, but step %q before it returns %s", s.In, steps[i-1].Name, prev)
 		}
 		prev = s.Out
 	}
 	return nil
 }
 
-// compile compiles step i's expressions against the payload it takes:
-// what the step before it returns, for a step another service serves.
-func (f *FlowDef) compile(i int) error {
-	s := &f.steps[i]
+// compile compiles a step's expressions against the payload it takes:
+// prev, what the step before it returns, for a step another service serves
+// after one of this flow's (known says prev is that).
+func (f *FlowDef) compile(s *StepSpec, prev reflect.Type, known bool) error {
 	in := s.In
-	if s.External && i > 0 && !f.steps[i-1].External {
-		in = f.steps[i-1].Out
+	if s.External && known && prev != nil {
+		in = prev
 	}
 	var err error
 	if s.whenSrc != "" {

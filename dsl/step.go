@@ -263,6 +263,9 @@ type StepSpec struct {
 	// Transactional runs the step and its compensation in a database
 	// transaction with the record that they ran (see StepDef.Transactional).
 	Transactional bool
+	// Fork is set for a Parallel or a ForEach: its branches and its join.
+	// Its In is what reaches it, its Out what its join returns.
+	Fork *ForkSpec
 
 	whenSrc, orderSrc, delayUntilSrc string
 	run                              func(ctx context.Context, decode func(any) error) (any, error)

@@ -114,7 +114,7 @@ func (f *flow) compensationMessage(ctx context.Context, conn *broker.Conn, m *br
 	return conn.Prepare(ctx, body,
 		broker.ToExchange(f.name), broker.To(compensateKey+"."+step), broker.Mandatory(),
 		broker.CausedBy(m), broker.RunID(m.RunID), broker.FirstSeen(m.FirstSeen),
-		broker.MessageID(fmt.Sprintf("%s/compensate/%d/%d", m.RunID, cs.Replays, cs.K)),
+		broker.MessageID(fmt.Sprintf("%s/compensate/%s", m.RunID, cs.at())),
 		broker.Headers(headers), broker.WithCodec(encoded{f.codec.ContentType()}))
 }
 
@@ -193,7 +193,7 @@ func (c *compRunner) decide(ctx context.Context, a *compAttempt) broker.Ack {
 			return broker.Accept()
 		}
 	}
-	key := fmt.Sprintf("%s/compensate/%d/%d/%s", d.m.RunID, d.comp.Replays, d.comp.K, c.spec.Name)
+	key := fmt.Sprintf("%s/compensate/%s/%s", d.m.RunID, d.comp.at(), c.spec.Name)
 	var compErr error
 	done := patterns.Run(ctx, c.e.once, patterns.Unit[kept]{
 		Key: key, InTx: c.spec.Transactional,
@@ -210,7 +210,14 @@ func (c *compRunner) decide(ctx context.Context, a *compAttempt) broker.Ack {
 		Encode: kept.encode,
 		Decode: decodeKept,
 		CarryOut: func(ctx context.Context, k kept) error {
-			return c.e.carryOut(ctx, compensateKey+"."+c.spec.Name, d.m.RunID, k)
+			if err := c.e.carryOut(ctx, compensateKey+"."+c.spec.Name, d.m.RunID, k); err != nil {
+				return err
+			}
+			if k.kind == keptDone && d.comp.Branch != nil {
+				// The branch's own work is undone: settle it.
+				return c.e.settleStopped(ctx, c.f, d.m, *d.comp.Branch)
+			}
+			return nil
 		},
 	})
 	if ack, settled := c.e.unsettled(done, func() { a.result = compBusy }); settled {
@@ -289,6 +296,12 @@ func (c *compRunner) failed(ctx context.Context, a *compAttempt, err error) brok
 			// unchanged, and try again.
 			c.e.log.Warn("the next compensation could not be sent; this one will be tried again",
 				slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.Any("error", nerr))
+			a.result, a.d.comp.Unresolved = compBusy, a.d.comp.Unresolved[:len(a.d.comp.Unresolved)-1]
+			return broker.InProgress(c.e.cfg.InProgressDelay)
+		}
+	}
+	if a.last && a.d.comp.Branch != nil {
+		if err := c.e.settleStopped(ctx, c.f, m, *a.d.comp.Branch); err != nil {
 			a.result, a.d.comp.Unresolved = compBusy, a.d.comp.Unresolved[:len(a.d.comp.Unresolved)-1]
 			return broker.InProgress(c.e.cfg.InProgressDelay)
 		}

@@ -29,6 +29,9 @@ type flow struct {
 	compRet  []broker.RetryPolicy
 	topology broker.Topology
 	hold     time.Duration
+	// forks says the flow has a Parallel or a ForEach; its steps then
+	// hold, after the flow's own, the steps of every branch.
+	forks bool
 
 	declareMu sync.Mutex
 	declared  bool
@@ -40,6 +43,14 @@ func compile(def *dsl.FlowDef, cfg Config) (*flow, error) {
 		return nil, err
 	}
 	f := &flow{def: def, name: def.Name(), steps: def.Steps(), index: map[string]int{}, codec: def.Codec(), hold: def.HoldForReplay()}
+	for _, s := range def.Steps() {
+		if s.Fork != nil {
+			f.forks = true
+			for _, b := range s.Fork.Branches {
+				f.steps = append(f.steps, b...)
+			}
+		}
+	}
 	f.json = f.codec.ContentType() == broker.ContentTypeJSON
 	policy := func(step string, p dsl.RetryPolicy, def broker.RetryPolicy) (broker.RetryPolicy, error) {
 		if p == nil {

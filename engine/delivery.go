@@ -33,6 +33,9 @@ type delivery struct {
 	// held says the message was held back on the ladder (acemq-flow-due);
 	// outbox that its run was started in a transaction (acemq-flow-started).
 	held, outbox bool
+	// branch is the branch of a fork the message is on (acemq-flow-branch),
+	// nil on the run's own route.
+	branch *branchRef
 	// err says why the message cannot be a run's at all (its run id,
 	// route or state unreadable): it is given up as it is.
 	err error
@@ -51,8 +54,34 @@ func readStep(m *broker.Message) delivery {
 	}
 	if _, err := readJSONHeader(m.Headers, HeaderRun, &d.state); err != nil {
 		d.err = err
+		return d
+	}
+	var b branchRef
+	if found, err := readJSONHeader(m.Headers, HeaderBranch, &b); err != nil {
+		d.err = err
+	} else if found {
+		d.branch = &b
 	}
 	return d
+}
+
+// at is where the delivery is in its run, for keys that must differ
+// between its steps: the replay and the position, and on a branch the
+// join and the branch.
+func (d *delivery) at() string {
+	if d.branch != nil {
+		return fmt.Sprintf("%d/%s/%d/%d", d.replays, d.branch.Join, d.branch.Branch, d.pos)
+	}
+	return fmt.Sprintf("%d/%d", d.replays, d.pos)
+}
+
+// stage is the delivery's stage in its run's journal (journal.Seq): its
+// position's, or on a branch its fork's.
+func (d *delivery) stage() int {
+	if d.branch != nil {
+		return d.branch.At + 1
+	}
+	return d.pos + 1
 }
 
 // readCompensation reads a compensation's message, which must carry its

@@ -106,7 +106,10 @@ type Engine struct {
 	log     *slog.Logger
 	journal journal.Journal
 	// data is the journal as a keeper of run data, nil when it is not one.
-	data   journal.DataStore
+	data journal.DataStore
+	// joins is the journal as a keeper of joins, nil when it is not one:
+	// a flow that forks needs one.
+	joins  journal.JoinStore
 	writer *journal.Writer
 	store  patterns.ResultStore
 	// once runs every unit that must happen once (a step, a compensation)
@@ -198,8 +201,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	data, _ := cfg.Journal.(journal.DataStore)
+	joins, _ := cfg.Journal.(journal.JoinStore)
 	return &Engine{
-		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, data: data, writer: w, store: cfg.Store, once: once,
+		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, data: data, joins: joins, writer: w, store: cfg.Store, once: once,
 		metrics: m, tracer: cfg.TracerProvider.Tracer(instrumentation), flows: map[string]*flow{},
 	}, nil
 }
@@ -242,6 +246,10 @@ func (e *Engine) Register(flows ...*dsl.FlowDef) error {
 // canRun refuses to work a flow with a Transactional step unless the
 // store can run it. Starting its runs needs no such store.
 func (e *Engine) canRun(f *flow) error {
+	if f.forks && e.joins == nil {
+		return fmt.Errorf("%w: flow %q has a Parallel or a ForEach and the engine's journal (%T) keeps no joins; give it a journal that does (the Memory journal, or PostgreSQL's)",
+			ErrNoJoins, f.name, e.journal)
+	}
 	if e.once.Transactional() {
 		return nil
 	}

@@ -44,4 +44,7 @@ var (
 	// ErrNoTransactions: a flow has a Transactional step and the engine's
 	// Store cannot run one (it is not a patterns.TxStore).
 	ErrNoTransactions = errors.New("the idempotency store cannot run transactional steps")
+	// ErrNoJoins: a flow has a Parallel or a ForEach and the engine's
+	// journal is no journal.JoinStore, so its joins have nowhere to live.
+	ErrNoJoins = errors.New("the journal keeps no joins")
 )

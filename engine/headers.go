@@ -32,7 +32,24 @@ const (
 	// such a message first asks the journal whether the run was cancelled
 	// while it waited.
 	HeaderDue = "acemq-flow-due"
+	// HeaderBranch is on the messages of a branch of a Parallel or an item
+	// of a ForEach: which join the branch comes back to, which branch it
+	// is, and where in the run's route the fork is. An AceMQ service that
+	// serves an External step in a branch carries it on as it carries any
+	// application header.
+	HeaderBranch = "acemq-flow-branch"
 )
+
+// branchRef is the acemq-flow-branch header, and a compensation's state's
+// mark of a chain that undoes one branch.
+type branchRef struct {
+	// Join is the join's key in the JoinStore, Branch the branch's index
+	// (the item's, for a ForEach).
+	Join   string `json:"join"`
+	Branch int    `json:"branch"`
+	// At is the fork's position in the run's route.
+	At int `json:"at"`
+}
 
 // markDue marks out as held until due (HeaderDue).
 func markDue(out *broker.Outgoing, due time.Time) {
@@ -90,6 +107,20 @@ type compState struct {
 	// Held marks a compensation sent on a HoldForReplay timer: it is
 	// dropped if the run was replayed (or compensated) meanwhile.
 	Held bool `json:"held,omitempty"`
+	// Branch marks a chain that undoes one branch of a fork (its own
+	// steps): at its end the branch is settled as stopped, and the run's
+	// status is left to the chain that undoes the rest.
+	Branch *branchRef `json:"branch,omitempty"`
+}
+
+// at is where the compensation is in its run, for its message id and its
+// key: the replay and the count, and for a chain that undoes one branch
+// the join and the branch.
+func (cs *compState) at() string {
+	if cs.Branch != nil {
+		return fmt.Sprintf("%d/%s/%d/%d", cs.Replays, cs.Branch.Join, cs.Branch.Branch, cs.K)
+	}
+	return fmt.Sprintf("%d/%d", cs.Replays, cs.K)
 }
 
 // readJSONHeader decodes header name of h into v; absent is no error.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -179,6 +180,17 @@ func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) 
 		// Put back or unsettled: it comes again, and is recorded then.
 		return nil
 	}
+	switch {
+	case a.joined != nil:
+		for i := range events {
+			joinedEvent(&events[i], a.joined)
+		}
+		events = append(slices.Clip(a.extra), events...)
+	case d.branch != nil:
+		for i := range events {
+			inBranch(&events[i], d.branch)
+		}
+	}
 	return events
 }
 
@@ -197,6 +209,15 @@ func (r *stepRunner) accepted(a *stepAttempt, base journal.Event, now time.Time)
 	switch a.result {
 	case resultDuplicate:
 		return nil
+	case resultArrived:
+		return a.extra
+	case resultForked:
+		// Before anything of its branches, whose events share its stage.
+		base.Outcome, base.Seq = forkOutcome(r.spec.Fork, a.forked), journal.Seq(d.replays, d.pos+1, 0, 1)
+		return []journal.Event{base}
+	case resultStopped:
+		base.Outcome = "stopped: another branch was given up"
+		return []journal.Event{base}
 	case resultEnded:
 		base.Outcome, base.Status = "ended", journal.Ended
 		return []journal.Event{base}
@@ -344,7 +365,7 @@ func (c *compRunner) event(a *compAttempt, s broker.Settlement, now time.Time) (
 		StartedAt: s.Started, EndedAt: now, Queue: c.queue, Replays: cs.Replays, RunStep: c.spec.Name,
 		Error:   cs.Error,
 		Seq:     journal.Seq(cs.Replays, journal.CompensationStage+cs.K, m.Attempt, 2),
-		Key:     fmt.Sprintf("compensation/%d/%d/%d", cs.Replays, cs.K, m.Attempt),
+		Key:     fmt.Sprintf("compensation/%s/%d", cs.at(), m.Attempt),
 		Outcome: "compensated", Status: journal.Compensating,
 	}
 	unresolved := len(cs.Unresolved) > 0
@@ -368,6 +389,11 @@ func (c *compRunner) event(a *compAttempt, s broker.Settlement, now time.Time) (
 		e.Status = journal.Compensated
 		if unresolved {
 			e.Status = journal.Unresolved
+		}
+		if cs.Branch != nil && !unresolved {
+			// One branch is undone; the chain that undoes the rest says
+			// how the run ends.
+			e.Status = journal.Compensating
 		}
 	}
 	return e, true

@@ -20,13 +20,13 @@ const (
 	inlineState  = 32 << 10
 )
 
-// spill keeps the newest entry of st (the step that just completed at
-// position pos) in the journal when it is too large to travel: it returns
+// spill keeps the newest entry of st (the step that just completed where
+// at says: delivery.at) in the journal when it is too large to travel: it returns
 // the state to carry, with a reference in that entry's place, and what to
 // put in the journal before the state is sent. Without a journal that
 // keeps data, st travels whole, and a run state too large for a frame is a
 // hop the broker refuses: the step is then given up and compensated.
-func (e *Engine) spill(runID string, replays, pos int, st runState) (runState, []spill) {
+func (e *Engine) spill(runID, at string, st runState) (runState, []spill) {
 	n := len(st.Compensate)
 	if e.data == nil || n == 0 {
 		return st, nil
@@ -35,7 +35,7 @@ func (e *Engine) spill(runID string, replays, pos int, st runState) (runState, [
 	if last.size() <= inlineResult && stateSize(st) <= inlineState {
 		return st, nil
 	}
-	key := fmt.Sprintf("compensate/%d/%d/%s", replays, pos, last.Step)
+	key := fmt.Sprintf("compensate/%s/%s", at, last.Step)
 	carried := runState{Compensate: append(slices.Clip(st.Compensate[:n-1]), compEntry{Step: last.Step, Ref: key})}
 	return carried, []spill{{key: key, data: last.inline()}}
 }

@@ -36,6 +36,9 @@ const (
 	resultCancelled                      // cancelled while it waited; dropped
 	resultCompensating                   // given up; its compensation has the run, so the message was accepted
 	resultHopFailed                      // the step ran, its next message could not be sent: sent again on retry
+	resultForked                         // a fork took the run in and sent its branches
+	resultArrived                        // a branch came back to its fork, which waits for others
+	resultStopped                        // a branch stopped: another was given up
 )
 
 // stepRunner works one step's queue.
@@ -66,6 +69,14 @@ type stepAttempt struct {
 	// holdUntil is when a held one starts.
 	compensation compensationStart
 	holdUntil    time.Time
+	// join runs a fork's join, for the arrival that fires it (nil
+	// otherwise); extra is what an arrival records of itself.
+	join  func(context.Context) (any, error)
+	extra []journal.Event
+	// joined is the join an arrival fired (the delivery is then the run's
+	// at the fork); forked is the join a fork opened.
+	joined *branchRef
+	forked journal.JoinStatus
 }
 
 // recording is what a step's or a compensation's handler leaves for
@@ -144,7 +155,8 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 
 func (a *stepAttempt) accepting() bool {
 	switch a.result {
-	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled, resultCompensating:
+	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled, resultCompensating,
+		resultForked, resultArrived, resultStopped:
 		return true
 	}
 	return false
@@ -207,8 +219,24 @@ func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 			return broker.Accept()
 		}
 	}
+	if d.branch != nil {
+		if r.spec.Fork != nil {
+			return r.arrive(ctx, a)
+		}
+		if ack, stopped := r.stopIfFailed(ctx, a); stopped {
+			return ack
+		}
+	} else if r.spec.Fork != nil {
+		return r.fork(ctx, a)
+	}
+	return r.runUnit(ctx, a, d.stepKey(r.spec.Name))
+}
+
+// runUnit runs the step's work (a step's function, a join's) once under
+// key and decides what becomes of the delivery.
+func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) broker.Ack {
+	d := &a.d
 	var w worked
-	key := stepKey(d.m.RunID, d.replays, d.pos, r.spec.Name)
 	done := patterns.Run(ctx, r.e.once, patterns.Unit[kept]{
 		Key: key, InTx: r.spec.Transactional,
 		Do: func(ctx context.Context) (kept, error) {
@@ -313,6 +341,16 @@ func stepKey(runID string, replays, pos int, step string) string {
 	return fmt.Sprintf("%s/r%d/%d/%s", runID, replays, pos, step)
 }
 
+// stepKey is what the step of d's delivery is claimed under: stepKey's,
+// and on a branch the join's and the branch's too, since a ForEach runs
+// the same step at the same position for every item.
+func (d *delivery) stepKey(step string) string {
+	if d.branch != nil {
+		return fmt.Sprintf("%s/%s/%d/%d/%s", d.m.RunID, d.branch.Join, d.branch.Branch, d.pos, step)
+	}
+	return stepKey(d.m.RunID, d.replays, d.pos, step)
+}
+
 // overDeliveryLimit says why d is not to be run again: it came back
 // unsettled (its x-delivery-count, which quorum queues keep) as often as
 // the engine's DeliveryLimit allows, every worker that took it having died
@@ -350,7 +388,7 @@ func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
 		span.SetAttributes(attribute.String("acemq.flow", r.f.name), attribute.String("acemq.step", r.spec.Name),
 			attribute.String("acemq.run_id", d.m.RunID), attribute.Int("acemq.attempt", d.m.Attempt))
 	}
-	out, err := r.call(ctx, d.m)
+	out, err := r.call(ctx, a)
 	switch {
 	case errors.Is(err, dsl.End):
 		w.kept = keptOf(keptEnded, hop{}, broker.Outgoing{})
@@ -396,12 +434,18 @@ func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
 	}
 	carried, spills := w.after, []spill(nil)
 	if r.spec.Compensable {
-		carried, spills = r.e.spill(d.m.RunID, d.replays, d.pos, w.after)
+		carried, spills = r.e.spill(d.m.RunID, d.at(), w.after)
 	}
 	next, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.route, plan.next, out, carried, d.slip)
 	if err != nil {
 		w.giveUp = &patterns.HopError{Step: r.spec.Name, To: d.route[plan.next], Err: broker.Fatal(err)}
 		return w
+	}
+	if a.joined != nil {
+		// The run goes on from its fork: no longer on a branch.
+		h := next.Message.Headers.Clone()
+		delete(h, HeaderBranch)
+		next.Message.Headers = h
 	}
 	if !plan.due.IsZero() {
 		markDue(&next, plan.due)
@@ -446,8 +490,10 @@ func unsendable(err error) bool {
 		errors.Is(err, transport.ErrTooLarge)
 }
 
-// call runs the step's function on m's payload under the step's timeout.
-func (r *stepRunner) call(ctx context.Context, m *broker.Message) (any, error) {
+// call runs the step's function on the payload under the step's timeout
+// (a fork's join, for the delivery that fires it).
+func (r *stepRunner) call(ctx context.Context, a *stepAttempt) (any, error) {
+	m := a.d.m
 	r.e.metrics.active(ctx, r.f.name, r.spec.Name, 1)
 	defer r.e.metrics.active(ctx, r.f.name, r.spec.Name, -1)
 	sctx := ctx
@@ -457,7 +503,15 @@ func (r *stepRunner) call(ctx context.Context, m *broker.Message) (any, error) {
 		defer cancel()
 	}
 	start := time.Now()
-	out, err := r.spec.Run(sctx, decoder(m))
+	var (
+		out any
+		err error
+	)
+	if a.join != nil {
+		out, err = a.join(sctx)
+	} else {
+		out, err = r.spec.Run(sctx, decoder(m))
+	}
 	took := time.Since(start)
 	if r.spec.Timeout > 0 && took > r.spec.Timeout && !errors.Is(err, dsl.End) && !undecodable(err) {
 		// The work may or may not have happened: only a retry of an
@@ -528,6 +582,9 @@ func (r *stepRunner) giveUp(ctx context.Context, a *stepAttempt, st runState, un
 	a.err = serr
 	a.expect, a.reason, a.delay = expected(serr, reject, r.policy, m, r.e.now())
 	parked := a.expect == broker.OutcomeLabelParked
+	if a.d.branch != nil && r.spec.Fork == nil {
+		return r.branchGivenUp(ctx, a, st, serr, reject)
+	}
 	if len(st.Compensate) > 0 || len(unresolved) > 0 {
 		hold := r.f.hold
 		if parked {

@@ -1,0 +1,190 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/brokertest"
+)
+
+// Reservation and Booking are what the parallel branches of the test flow
+// return.
+type (
+	Reservation struct{ Items int }
+	Booking     struct{ Courier string }
+	Shipped     struct {
+		Order   Order
+		Items   int
+		Courier string
+	}
+)
+
+// TestParallelJoinsOnce: two branches (one of two steps) run side by side
+// on the payload that reached them; the join gets the input and both
+// outputs in branch order, fires once, and the run goes on to the step
+// after it and completes. The timeline shows the fork, both branches'
+// steps, the arrivals and the join.
+func TestParallelJoinsOnce(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		var got Shipped
+		done := make(chan struct{})
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("validate", appendStep(ef, "validate")),
+			dsl.Parallel("fulfil",
+				dsl.Branch(
+					dsl.Step("pick", appendStep(ef, "pick")),
+					dsl.Step("reserve", func(ctx context.Context, o Order) (Reservation, error) {
+						m, _ := broker.Handling(ctx)
+						ef.add(m.RunID, "reserve")
+						return Reservation{Items: len(o.Trail)}, nil
+					})),
+				dsl.Branch(dsl.Step("book", func(ctx context.Context, o Order) (Booking, error) {
+					m, _ := broker.Handling(ctx)
+					ef.add(m.RunID, "book")
+					return Booking{Courier: "c-" + o.ID}, nil
+				})),
+			).Join(func(ctx context.Context, o Order, r Reservation, b Booking) (Shipped, error) {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "join")
+				return Shipped{Order: o, Items: r.Items, Courier: b.Courier}, nil
+			}),
+			dsl.Step("notify", func(ctx context.Context, s Shipped) (Shipped, error) {
+				got = s
+				close(done)
+				return s, nil
+			})))
+		fx.work()
+		run := fx.start(Order{ID: "o-1", Amount: 7})
+		brokertest.Next(t, done, 10*time.Second)
+		fx.waitStatus(run, journal.Completed, 10*time.Second)
+		require.Equal(t, "o-1", got.Order.ID)
+		require.Equal(t, []string{"validate"}, got.Order.Trail, "the join got the payload that reached the fork")
+		require.Equal(t, 2, got.Items, "the reserve branch got pick's output (validate, pick)")
+		require.Equal(t, "c-o-1", got.Courier)
+		for _, step := range []string{"validate", "pick", "reserve", "book", "join"} {
+			require.Equal(t, 1, ef.get(run, step), step)
+		}
+		// A branch's step records its events as its consumer settles it,
+		// which may be after the join it led to went on.
+		var out []string
+		require.Eventually(t, func() bool { out = fx.outcomes(run); return len(out) >= 10 }, 10*time.Second, 10*time.Millisecond)
+		require.Len(t, out, 10, "%v", out)
+		require.Equal(t, "start::started", out[0])
+		require.Equal(t, "step:validate:completed", out[1])
+		require.Equal(t, "step:fulfil:forked: 2 branches", out[2])
+		require.ElementsMatch(t, []string{"step:pick:completed", "step:reserve:completed", "step:book:completed",
+			"step:fulfil:branch 0 arrived", "step:fulfil:branch 1 arrived"}, out[3:8])
+		require.Equal(t, []string{"step:fulfil:completed", "step:notify:completed"}, out[8:])
+	})
+}
+
+// TestForEachHandsOutItemsAndReduces: a ForEach over 50 items with at
+// most 4 in flight runs its step once per item and gives the join every
+// output in item order; an empty list joins at once.
+func TestForEachHandsOutItemsAndReduces(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		type Batch struct{ N int }
+		var (
+			inFlight, most int
+			mu             = make(chan struct{}, 1)
+		)
+		results := make(chan []int, 2)
+		fx.register(dsl.Flow(fx.name,
+			dsl.ForEach("each",
+				func(_ context.Context, b Batch) ([]int, error) {
+					items := make([]int, b.N)
+					for i := range items {
+						items[i] = i
+					}
+					return items, nil
+				},
+				dsl.Step("square", func(ctx context.Context, i int) (int, error) {
+					mu <- struct{}{}
+					inFlight++
+					most = max(most, inFlight)
+					<-mu
+					m, _ := broker.Handling(ctx)
+					ef.add(m.RunID, fmt.Sprint("square-", i))
+					mu <- struct{}{}
+					inFlight--
+					<-mu
+					return i * i, nil
+				}),
+				func(_ context.Context, b Batch, outs []int) ([]int, error) {
+					results <- outs
+					return outs, nil
+				}).Concurrency(4)))
+		fx.work()
+		run := fx.start(Batch{N: 50})
+		var outs []int
+		select {
+		case outs = <-results:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no join; timeline %v", fx.outcomes(run))
+		}
+		require.Len(t, outs, 50)
+		for i, v := range outs {
+			require.Equal(t, i*i, v, "item %d", i)
+			require.Equal(t, 1, ef.get(run, fmt.Sprint("square-", i)), "item %d ran once", i)
+		}
+		fx.waitStatus(run, journal.Completed, 10*time.Second)
+		require.LessOrEqual(t, most, 4, "at most 4 items in flight")
+
+		empty := fx.start(Batch{N: 0})
+		select {
+		case outs = <-results:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no join of the empty list; timeline %v", fx.outcomes(empty))
+		}
+		require.Empty(t, outs)
+		fx.waitStatus(empty, journal.Completed, 10*time.Second)
+	})
+}
+
+// TestBranchGivenUpCompensatesEverything: a branch whose step is given up
+// fails the run; the other branch's completed step, and the step before
+// the fork, are compensated once each, and the join never fires.
+func TestBranchGivenUpCompensatesEverything(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		undo := func(name string) func(context.Context, Order) error {
+			return func(ctx context.Context, o Order) error {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "undo-"+name)
+				return nil
+			}
+		}
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", appendStep(ef, "charge")).Compensate(undo("charge")),
+			dsl.Parallel("fulfil",
+				dsl.Branch(dsl.Step("reserve", appendStep(ef, "reserve")).Compensate(undo("reserve"))),
+				dsl.Branch(dsl.Step("book", func(ctx context.Context, o Order) (Order, error) {
+					return o, broker.Fatal(errors.New("no courier"))
+				})),
+			).Join(func(ctx context.Context, o Order, a, b Order) (Order, error) {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "join")
+				return o, nil
+			})))
+		fx.work()
+		run := fx.start(Order{ID: "o-3"})
+		fx.waitStatus(run, journal.Compensated, 15*time.Second)
+		require.Equal(t, 1, ef.get(run, "undo-charge"))
+		require.Equal(t, 1, ef.get(run, "undo-reserve"))
+		require.Zero(t, ef.get(run, "join"), "the join never fired")
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/brokertest"
+	"github.com/acemq/acemq-flow/patterns"
 )
 
 // Reservation and Booking are what the parallel branches of the test flow
@@ -186,5 +188,98 @@ func TestBranchGivenUpCompensatesEverything(t *testing.T) {
 		require.Equal(t, 1, ef.get(run, "undo-charge"))
 		require.Equal(t, 1, ef.get(run, "undo-reserve"))
 		require.Zero(t, ef.get(run, "join"), "the join never fired")
+	})
+}
+
+// forgetfulJoins is a Memory journal whose Settle fails after it has
+// settled, once per branch: a worker that committed an arrival and lost
+// its connection (or died) before acknowledging it. The redelivery must
+// make the same decision.
+type forgetfulJoins struct {
+	*journal.Memory
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (f *forgetfulJoins) Settle(ctx context.Context, runID, key string, branch int, s journal.Settled) (journal.Decision, error) {
+	d, err := f.Memory.Settle(ctx, runID, key, branch, s)
+	if err != nil {
+		return d, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := fmt.Sprint(runID, key, branch)
+	if !f.seen[k] {
+		f.seen[k] = true
+		return journal.Decision{}, errors.New("connection lost after the commit")
+	}
+	return d, nil
+}
+
+// TestJoinFiresOnceAcrossWorkersAndRedeliveries: two workers share the
+// journal and the idempotency store; every arrival of a ForEach of 60
+// items (10 in flight) is delivered again after it settled. Each item runs
+// once, every item is handed out once, and the join fires exactly once.
+func TestJoinFiresOnceAcrossWorkersAndRedeliveries(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		mem, err := journal.NewMemory(0)
+		require.NoError(t, err)
+		j := &forgetfulJoins{Memory: mem, seen: map[string]bool{}}
+		store, err := patterns.NewInMemoryIdempotencyStore(time.Hour)
+		require.NoError(t, err)
+		retry := broker.Constant(20, 0)
+		cfg := engine.Config{Journal: j, Store: store, Retry: &retry}
+		ef := newEffects()
+		joined := make(chan []int, 4)
+		flow := func(name string) *dsl.FlowDef {
+			return dsl.Flow(name,
+				dsl.ForEach("each",
+					func(_ context.Context, n int) ([]int, error) {
+						items := make([]int, n)
+						for i := range items {
+							items[i] = i
+						}
+						return items, nil
+					},
+					dsl.Step("item", func(ctx context.Context, i int) (int, error) {
+						m, _ := broker.Handling(ctx)
+						ef.add(m.RunID, fmt.Sprint("item-", i))
+						return i + 1, nil
+					}),
+					func(ctx context.Context, _ int, outs []int) (int, error) {
+						m, _ := broker.Handling(ctx)
+						ef.add(m.RunID, "join")
+						joined <- outs
+						return len(outs), nil
+					}).Concurrency(10))
+		}
+		a := newFixture(t, h, cfg)
+		a.register(flow(a.name))
+		b := newFixture(t, h, cfg)
+		b.name = a.name
+		require.NoError(t, b.eng.Register(flow(a.name)))
+		a.work()
+		b.work()
+		run := a.start(60)
+		var outs []int
+		select {
+		case outs = <-joined:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no join; timeline %v", a.outcomes(run))
+		}
+		require.Len(t, outs, 60)
+		for i, v := range outs {
+			require.Equal(t, i+1, v)
+		}
+		a.waitStatus(run, journal.Completed, 10*time.Second)
+		brokertest.Nothing(t, joined, 500*time.Millisecond)
+		require.Equal(t, 1, ef.get(run, "join"), "the join fired once")
+		for i := range 60 {
+			require.Equal(t, 1, ef.get(run, fmt.Sprint("item-", i)), "item %d ran once", i)
+		}
+		st, err := mem.JoinStatus(context.Background(), run, "0/0/each")
+		require.NoError(t, err)
+		require.Equal(t, 60, st.Dispatched)
+		require.Equal(t, 60, st.Arrived)
 	})
 }

@@ -212,8 +212,8 @@ func (r *stepRunner) fireJoin(ctx context.Context, a *stepAttempt, ref branchRef
 		return broker.Retry(fmt.Errorf("join of fork %q: %w", r.spec.Name, err))
 	}
 	var parent forkParent
-	if err := json.Unmarshal(st.Parent, &parent); err != nil {
-		return r.giveUp(ctx, a, a.d.state, nil, broker.Fatal(fmt.Errorf("join of fork %q: what it kept to go on: %w", r.spec.Name, err)))
+	if err := json.Unmarshal(st.Parent, &parent); err != nil || parent.Pos < 0 || parent.Pos >= len(parent.Route) {
+		return r.giveUp(ctx, a, a.d.state, nil, broker.Fatal(fmt.Errorf("join of fork %q: what it kept to go on is unreadable (%v)", r.spec.Name, err)))
 	}
 	arrivals, state, err := r.e.arrivals(ctx, m.RunID, ref.Join, st.Total, parent.State)
 	if err != nil {
@@ -294,7 +294,7 @@ func (r *stepRunner) stopIfFailed(ctx context.Context, a *stepAttempt) (broker.A
 // with nothing to undo is settled now.
 func (e *Engine) stopBranch(ctx context.Context, f *flow, m *broker.Message, ref branchRef, st runState, step, reason string) error {
 	if len(st.Compensate) == 0 {
-		return e.settleStopped(ctx, f, m, ref)
+		return e.settleStopped(ctx, f, m, ref, false)
 	}
 	cs := compState{Failed: step, Error: journal.Truncate(reason), Replays: replays(m.Headers), Branch: &ref}
 	out, _, ok, err := e.nextCompensation(ctx, f, m, st.Compensate, cs)
@@ -302,7 +302,7 @@ func (e *Engine) stopBranch(ctx context.Context, f *flow, m *broker.Message, ref
 	case err != nil:
 		return err
 	case !ok:
-		return e.settleStopped(ctx, f, m, ref)
+		return e.settleStopped(ctx, f, m, ref, false)
 	}
 	if err := e.conn.Send(ctx, out); err != nil {
 		return fmt.Errorf("compensate the branch of run %s: %w", m.RunID, err)
@@ -310,11 +310,21 @@ func (e *Engine) stopBranch(ctx context.Context, f *flow, m *broker.Message, ref
 	return nil
 }
 
-// settleStopped settles a branch whose own work is undone; the last branch
-// of a failed join to settle compensates what the others that arrived did,
-// and what the run did before the fork.
-func (e *Engine) settleStopped(ctx context.Context, f *flow, m *broker.Message, ref branchRef) error {
-	dec, err := e.joins.Settle(ctx, m.RunID, ref.Join, ref.Branch, journal.Settled{})
+// undoneMark is what a stopped branch that undid something settles with
+// (journal.Settled.Entries), so that the join knows the run's
+// compensation did something even when nothing else is left to undo.
+var undoneMark = []byte(`{"undone":true}`)
+
+// settleStopped settles a branch whose own work is undone (undid says it
+// had something to undo); the last branch of a failed join to settle
+// compensates what the others that arrived did, and what the run did
+// before the fork.
+func (e *Engine) settleStopped(ctx context.Context, f *flow, m *broker.Message, ref branchRef, undid bool) error {
+	var s journal.Settled
+	if undid {
+		s.Entries = undoneMark
+	}
+	dec, err := e.joins.Settle(ctx, m.RunID, ref.Join, ref.Branch, s)
 	if err != nil {
 		return fmt.Errorf("settle branch %d of join %q: %w", ref.Branch, ref.Join, err)
 	}
@@ -334,22 +344,50 @@ func (e *Engine) compensateJoin(ctx context.Context, f *flow, m *broker.Message,
 		return fmt.Errorf("join %q: %w", ref.Join, err)
 	}
 	var parent forkParent
-	if err := json.Unmarshal(st.Parent, &parent); err != nil {
-		return fmt.Errorf("join %q: what it kept: %w", ref.Join, err)
+	if err := json.Unmarshal(st.Parent, &parent); err != nil || parent.Pos < 0 || parent.Pos >= len(parent.Route) {
+		return fmt.Errorf("join %q: what it kept to go on is unreadable (%v)", ref.Join, err)
 	}
 	_, state, err := e.arrivals(ctx, m.RunID, ref.Join, st.Dispatched, parent.State)
 	if err != nil {
 		return err
 	}
+	fork := parent.Route[parent.Pos]
 	if len(state.Compensate) == 0 {
-		return nil
+		return e.branchesUndone(ctx, f, m, ref, st, fork)
 	}
 	base := *m
 	base.Headers = m.Headers.Clone()
 	delete(base.Headers, HeaderBranch)
-	fork := parent.Route[parent.Pos]
 	_, _, err = e.startCompensation(ctx, f, &base, state, nil, fork, "a branch of "+fork+" was given up", 0)
 	return err
+}
+
+// branchesUndone records a run whose failed fork left nothing to undo but
+// what its stopped branches undid themselves as compensated, when they
+// undid anything; otherwise the run stays failed.
+func (e *Engine) branchesUndone(ctx context.Context, f *flow, m *broker.Message, ref branchRef, st journal.JoinStatus, fork string) error {
+	undid := false
+	for from := 0; from < st.Dispatched && !undid; {
+		got, err := e.joins.Arrivals(ctx, m.RunID, ref.Join, from, 1000)
+		if err != nil {
+			return fmt.Errorf("read the branches of join %q back: %w", ref.Join, err)
+		}
+		if len(got) == 0 {
+			break
+		}
+		for _, a := range got {
+			undid = undid || !a.OK && len(a.Entries) > 0
+		}
+		from = got[len(got)-1].Branch + 1
+	}
+	if !undid {
+		return nil
+	}
+	now, r := e.now(), replays(m.Headers)
+	return e.writer.RecordSync(ctx, journal.Event{RunID: m.RunID, Flow: f.name, Kind: journal.KindCompensation,
+		Step: fork, Outcome: "compensated: every branch undone", StartedAt: now, EndedAt: now,
+		Status: journal.Compensated, Replays: r, Seq: journal.Seq(r, 2*journal.CompensationStage-1, 0, 0),
+		Key: "branches-undone/" + ref.Join})
 }
 
 // branchGivenUp is what giving a branch's step up does to its fork: the

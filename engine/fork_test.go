@@ -157,8 +157,9 @@ func TestForEachHandsOutItemsAndReduces(t *testing.T) {
 }
 
 // TestBranchGivenUpCompensatesEverything: a branch whose step is given up
-// fails the run; the other branch's completed step, and the step before
-// the fork, are compensated once each, and the join never fires.
+// (after the other branch's step completed) fails the run; the other
+// branch's completed step, and the step before the fork, are compensated
+// once each, and the join never fires.
 func TestBranchGivenUpCompensatesEverything(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
 		fx := newFixture(t, h, engine.Config{})
@@ -170,11 +171,18 @@ func TestBranchGivenUpCompensatesEverything(t *testing.T) {
 				return nil
 			}
 		}
+		reserved := make(chan struct{})
+		var once sync.Once
 		fx.register(dsl.Flow(fx.name,
 			dsl.Step("charge", appendStep(ef, "charge")).Compensate(undo("charge")),
 			dsl.Parallel("fulfil",
-				dsl.Branch(dsl.Step("reserve", appendStep(ef, "reserve")).Compensate(undo("reserve"))),
+				dsl.Branch(dsl.Step("reserve", func(ctx context.Context, o Order) (Order, error) {
+					defer once.Do(func() { close(reserved) })
+					return appendStep(ef, "reserve")(ctx, o)
+				}).Compensate(undo("reserve"))),
 				dsl.Branch(dsl.Step("book", func(ctx context.Context, o Order) (Order, error) {
+					// Given up once the other branch has completed its step.
+					<-reserved
 					return o, broker.Fatal(errors.New("no courier"))
 				})),
 			).Join(func(ctx context.Context, o Order, a, b Order) (Order, error) {
@@ -281,5 +289,50 @@ func TestJoinFiresOnceAcrossWorkersAndRedeliveries(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 60, st.Dispatched)
 		require.Equal(t, 60, st.Arrived)
+	})
+}
+
+// TestOtherBranchesStopAtTheirNextStep: once a branch is given up, a
+// branch still running stops at its next step: that step never runs, and
+// what the branch completed is undone.
+func TestOtherBranchesStopAtTheirNextStep(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Parallel("fulfil",
+				dsl.Branch(
+					dsl.Step("first", func(ctx context.Context, o Order) (Order, error) {
+						m, _ := broker.Handling(ctx)
+						ef.add(m.RunID, "first")
+						// Done only once the other branch has failed the join.
+						for {
+							st, err := fx.journal.JoinStatus(ctx, m.RunID, "0/0/fulfil")
+							if err == nil && st.Failed {
+								return o, nil
+							}
+							select {
+							case <-ctx.Done():
+								return o, ctx.Err()
+							case <-time.After(5 * time.Millisecond):
+							}
+						}
+					}).Compensate(func(ctx context.Context, o Order) error {
+						m, _ := broker.Handling(ctx)
+						ef.add(m.RunID, "undo-first")
+						return nil
+					}),
+					dsl.Step("second", appendStep(ef, "second"))),
+				dsl.Branch(dsl.Step("fails", func(ctx context.Context, o Order) (Order, error) {
+					return o, broker.Fatal(errors.New("out of stock"))
+				})),
+			).Join(func(ctx context.Context, o Order, a, b Order) (Order, error) { return o, nil })))
+		fx.work()
+		run := fx.start(Order{ID: "o-4"})
+		fx.waitStatus(run, journal.Compensated, 15*time.Second)
+		require.Equal(t, 1, ef.get(run, "first"))
+		require.Equal(t, 1, ef.get(run, "undo-first"), "what the stopped branch completed was undone")
+		require.Zero(t, ef.get(run, "second"), "the stopped branch's next step never ran")
+		require.Contains(t, fx.outcomes(run), "step:second:stopped: another branch was given up")
 	})
 }

@@ -59,11 +59,15 @@ func TestForksBuild(t *testing.T) {
 	// The join gets the input and the outputs, decoded by the caller.
 	out, err := par.Fork.Join(context.Background(),
 		func(v any) error { return json.Unmarshal([]byte(`{"id":"o-1"}`), v) }, 2,
-		func(i int, v any) error { return json.Unmarshal([]byte([]string{`{"id":"a"}`, `{"carrier":"c"}`}[i]), v) })
+		func(i int, v any) error {
+			return json.Unmarshal([]byte([]string{`{"id":"a"}`, `{"carrier":"c"}`}[i]), v)
+		})
 	require.NoError(t, err)
 	require.Equal(t, "o-1", out.(Order).ID)
 	its, err := each.Fork.Items(context.Background(),
-		func(v any) error { return json.Unmarshal([]byte(`{"items":[{"sku":"a","qty":2},{"sku":"b","qty":5}]}`), v) }, json.Marshal)
+		func(v any) error {
+			return json.Unmarshal([]byte(`{"items":[{"sku":"a","qty":2},{"sku":"b","qty":5}]}`), v)
+		}, json.Marshal)
 	require.NoError(t, err)
 	require.Equal(t, [][]byte{[]byte(`{"sku":"a","qty":2}`), []byte(`{"sku":"b","qty":5}`)}, its)
 	sum, err := each.Fork.Join(context.Background(), func(v any) error { return nil }, 2,

@@ -215,7 +215,7 @@ func (c *compRunner) decide(ctx context.Context, a *compAttempt) broker.Ack {
 			}
 			if k.kind == keptDone && d.comp.Branch != nil {
 				// The branch's own work is undone: settle it.
-				return c.e.settleStopped(ctx, c.f, d.m, *d.comp.Branch, true)
+				return c.e.settleStopped(ctx, c.f, d.m, *d.comp.Branch, true, d.comp.givenUpWhy())
 			}
 			return nil
 		},
@@ -301,7 +301,7 @@ func (c *compRunner) failed(ctx context.Context, a *compAttempt, err error) brok
 		}
 	}
 	if a.last && a.d.comp.Branch != nil {
-		if err := c.e.settleStopped(ctx, c.f, m, *a.d.comp.Branch, true); err != nil {
+		if err := c.e.settleStopped(ctx, c.f, m, *a.d.comp.Branch, true, a.d.comp.givenUpWhy()); err != nil {
 			a.result, a.d.comp.Unresolved = compBusy, a.d.comp.Unresolved[:len(a.d.comp.Unresolved)-1]
 			return broker.InProgress(c.e.cfg.InProgressDelay)
 		}

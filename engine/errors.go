@@ -47,4 +47,8 @@ var (
 	// ErrNoJoins: a flow has a Parallel or a ForEach and the engine's
 	// journal is no journal.JoinStore, so its joins have nowhere to live.
 	ErrNoJoins = errors.New("the journal keeps no joins")
+	// ErrEndInBranch: a step on a branch of a Parallel or a ForEach
+	// returned dsl.End. A branch cannot end its run, so the branch is
+	// given up (and the run fails) instead.
+	ErrEndInBranch = errors.New("a branch cannot end its run")
 )

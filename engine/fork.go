@@ -35,6 +35,21 @@ type forkParent struct {
 	Input []byte   `json:"input"`
 }
 
+// forkOf says which fork step is on a branch of, if it is on one.
+func (f *flow) forkOf(step string) (string, bool) {
+	for _, s := range f.def.Steps() {
+		if s.Fork == nil {
+			continue
+		}
+		for _, b := range s.Fork.Branches {
+			if slices.ContainsFunc(b, func(bs dsl.StepSpec) bool { return bs.Name == step }) {
+				return s.Name, true
+			}
+		}
+	}
+	return "", false
+}
+
 // joinKey is what a fork's join is kept under in the journal, for one run.
 func joinKey(replays, pos int, name string) string {
 	return fmt.Sprintf("%d/%d/%s", replays, pos, name)
@@ -180,7 +195,7 @@ func (r *stepRunner) arrive(ctx context.Context, a *stepAttempt) broker.Ack {
 	case !dec.Last:
 		return broker.Accept()
 	case dec.Failed:
-		if err := r.e.compensateJoin(ctx, r.f, d.m, ref); err != nil {
+		if err := r.e.compensateJoin(ctx, r.f, d.m, ref, ""); err != nil {
 			return broker.Retry(err)
 		}
 		return broker.Accept()
@@ -241,33 +256,44 @@ func decodeBody(m *broker.Message, body []byte, v any) error {
 // run's compensation state once the join fires: what it was before the
 // fork, then what each branch completed.
 func (e *Engine) arrivals(ctx context.Context, runID, key string, total int, before runState) ([]journal.Arrival, runState, error) {
+	out, state, _, err := e.readJoin(ctx, runID, key, total, before)
+	return out, state, err
+}
+
+// readJoin is arrivals, and why the join failed: the words of the first
+// branch that was given up ("" when none said).
+func (e *Engine) readJoin(ctx context.Context, runID, key string, total int, before runState) ([]journal.Arrival, runState, string, error) {
 	const page = 1000
 	out := make([]journal.Arrival, 0, total)
 	state := runState{Compensate: slices.Clone(before.Compensate)}
+	why := ""
 	for from := 0; from < total; {
 		got, err := e.joins.Arrivals(ctx, runID, key, from, page)
 		if err != nil {
-			return nil, runState{}, fmt.Errorf("read the branches of join %q back: %w", key, err)
+			return nil, runState{}, "", fmt.Errorf("read the branches of join %q back: %w", key, err)
 		}
 		if len(got) == 0 {
 			break
 		}
 		for _, a := range got {
 			if !a.OK {
+				if why == "" {
+					why = string(a.Output)
+				}
 				continue
 			}
 			out = append(out, a)
 			var st runState
 			if len(a.Entries) > 0 {
 				if err := json.Unmarshal(a.Entries, &st); err != nil {
-					return nil, runState{}, fmt.Errorf("branch %d of join %q: %w", a.Branch, key, err)
+					return nil, runState{}, "", fmt.Errorf("branch %d of join %q: %w", a.Branch, key, err)
 				}
 			}
 			state.Compensate = append(state.Compensate, st.Compensate...)
 		}
 		from = got[len(got)-1].Branch + 1
 	}
-	return out, state, nil
+	return out, state, why, nil
 }
 
 // stopIfFailed stops a branch at its next step once its fork's join has
@@ -282,7 +308,7 @@ func (r *stepRunner) stopIfFailed(ctx context.Context, a *stepAttempt) (broker.A
 	if !st.Failed {
 		return broker.Ack{}, false
 	}
-	if err := r.e.stopBranch(ctx, r.f, d.m, *d.branch, d.state, r.spec.Name, "another branch was given up"); err != nil {
+	if err := r.e.stopBranch(ctx, r.f, d.m, *d.branch, d.state, r.spec.Name, branchStopped, ""); err != nil {
 		return broker.Retry(err), true
 	}
 	a.result = resultStopped
@@ -292,9 +318,9 @@ func (r *stepRunner) stopIfFailed(ctx context.Context, a *stepAttempt) (broker.A
 // stopBranch undoes what a branch completed (st), in a compensation chain
 // of its own that settles the branch as stopped when it ends; a branch
 // with nothing to undo is settled now.
-func (e *Engine) stopBranch(ctx context.Context, f *flow, m *broker.Message, ref branchRef, st runState, step, reason string) error {
+func (e *Engine) stopBranch(ctx context.Context, f *flow, m *broker.Message, ref branchRef, st runState, step, reason, why string) error {
 	if len(st.Compensate) == 0 {
-		return e.settleStopped(ctx, f, m, ref, false)
+		return e.settleStopped(ctx, f, m, ref, false, why)
 	}
 	cs := compState{Failed: step, Error: journal.Truncate(reason), Replays: replays(m.Headers), Branch: &ref}
 	out, _, ok, err := e.nextCompensation(ctx, f, m, st.Compensate, cs)
@@ -302,13 +328,16 @@ func (e *Engine) stopBranch(ctx context.Context, f *flow, m *broker.Message, ref
 	case err != nil:
 		return err
 	case !ok:
-		return e.settleStopped(ctx, f, m, ref, false)
+		return e.settleStopped(ctx, f, m, ref, false, why)
 	}
 	if err := e.conn.Send(ctx, out); err != nil {
 		return fmt.Errorf("compensate the branch of run %s: %w", m.RunID, err)
 	}
 	return nil
 }
+
+// branchStopped is why a branch stopped by another's failure is undone.
+const branchStopped = "another branch was given up"
 
 // undoneMark is what a stopped branch that undid something settles with
 // (journal.Settled.Entries), so that the join knows the run's
@@ -319,8 +348,10 @@ var undoneMark = []byte(`{"undone":true}`)
 // had something to undo); the last branch of a failed join to settle
 // compensates what the others that arrived did, and what the run did
 // before the fork.
-func (e *Engine) settleStopped(ctx context.Context, f *flow, m *broker.Message, ref branchRef, undid bool) error {
-	var s journal.Settled
+func (e *Engine) settleStopped(ctx context.Context, f *flow, m *broker.Message, ref branchRef, undid bool, why string) error {
+	// A stopped branch settles with what stopped it when it was the one
+	// given up, for the run's compensation to say.
+	s := journal.Settled{Output: []byte(why)}
 	if undid {
 		s.Entries = undoneMark
 	}
@@ -329,7 +360,7 @@ func (e *Engine) settleStopped(ctx context.Context, f *flow, m *broker.Message, 
 		return fmt.Errorf("settle branch %d of join %q: %w", ref.Branch, ref.Join, err)
 	}
 	if dec.Last {
-		return e.compensateJoin(ctx, f, m, ref)
+		return e.compensateJoin(ctx, f, m, ref, why)
 	}
 	return nil
 }
@@ -337,8 +368,9 @@ func (e *Engine) settleStopped(ctx context.Context, f *flow, m *broker.Message, 
 // compensateJoin starts the compensation of a run whose fork failed, once
 // every branch has settled: what the branches that arrived completed,
 // then what the run completed before the fork. Its first message has the
-// run's compensation id, so a redelivery starts it once.
-func (e *Engine) compensateJoin(ctx context.Context, f *flow, m *broker.Message, ref branchRef) error {
+// run's compensation id, so a redelivery starts it once. why is the
+// failure's own words when the caller knows them ("" asks the journal).
+func (e *Engine) compensateJoin(ctx context.Context, f *flow, m *broker.Message, ref branchRef, why string) error {
 	st, err := e.joins.JoinStatus(ctx, m.RunID, ref.Join)
 	if err != nil {
 		return fmt.Errorf("join %q: %w", ref.Join, err)
@@ -347,9 +379,12 @@ func (e *Engine) compensateJoin(ctx context.Context, f *flow, m *broker.Message,
 	if err := json.Unmarshal(st.Parent, &parent); err != nil || parent.Pos < 0 || parent.Pos >= len(parent.Route) {
 		return fmt.Errorf("join %q: what it kept to go on is unreadable (%v)", ref.Join, err)
 	}
-	_, state, err := e.arrivals(ctx, m.RunID, ref.Join, st.Dispatched, parent.State)
+	_, state, given, err := e.readJoin(ctx, m.RunID, ref.Join, st.Dispatched, parent.State)
 	if err != nil {
 		return err
+	}
+	if why == "" {
+		why = given
 	}
 	fork := parent.Route[parent.Pos]
 	if len(state.Compensate) == 0 {
@@ -358,7 +393,11 @@ func (e *Engine) compensateJoin(ctx context.Context, f *flow, m *broker.Message,
 	base := *m
 	base.Headers = m.Headers.Clone()
 	delete(base.Headers, HeaderBranch)
-	_, _, err = e.startCompensation(ctx, f, &base, state, nil, fork, "a branch of "+fork+" was given up", 0)
+	reason := why
+	if reason == "" {
+		reason = "a branch of " + fork + " was given up"
+	}
+	_, _, err = e.startCompensation(ctx, f, &base, state, nil, fork, reason, 0)
 	return err
 }
 
@@ -398,7 +437,7 @@ func (e *Engine) branchGivenUp(ctx context.Context, f *flow, m *broker.Message, 
 	if err := e.joins.FailJoin(ctx, m.RunID, ref.Join); err != nil {
 		return fmt.Errorf("fail the join of step %q's branch: %w", step, err)
 	}
-	return e.stopBranch(ctx, f, m, ref, st, step, reason)
+	return e.stopBranch(ctx, f, m, ref, st, step, reason, reason)
 }
 
 // arrivalEvent is the journal's record of a branch back at its fork.
@@ -424,14 +463,16 @@ func forkOutcome(fk *dsl.ForkSpec, st journal.JoinStatus) string {
 	return fmt.Sprintf("forked: %d branches", st.Total)
 }
 
-// inBranch places e, an event of a step on a branch, in its run: its key
-// names the branch, its stage is the fork's, and it leaves the run's
+// inBranch places e, an event of a step at position pos on a branch, in
+// its run: its key names the branch, its stage is the fork's, and it leaves the run's
 // status alone unless the branch failed (the run is running while its
 // branches are).
-func inBranch(e *journal.Event, b *branchRef) {
+func inBranch(e *journal.Event, b *branchRef, pos int) {
 	e.Key = fmt.Sprintf("branch/%s/%d/%s", b.Join, b.Branch, e.Key)
-	const stageBits = int64(0xffffff) << 24
-	e.Seq = e.Seq&^stageBits | int64((b.At+1)&0xffffff)<<24
+	// Within the fork's stage, a branch's steps in their order: the
+	// position on the branch above the attempt (which stays below 1,024).
+	replays, attempt, phase := e.Seq>>48, e.Seq>>4&0xfffff, e.Seq&0xf
+	e.Seq = journal.Seq(int(replays), b.At+1, (pos+1)<<10|int(min(attempt, 0x3ff)), int(phase))
 	if e.Status == journal.Running || e.Status == journal.Waiting {
 		e.Status = ""
 	}

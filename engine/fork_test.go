@@ -299,12 +299,15 @@ func TestOtherBranchesStopAtTheirNextStep(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
 		fx := newFixture(t, h, engine.Config{})
 		ef := newEffects()
+		started := make(chan struct{})
+		var once sync.Once
 		fx.register(dsl.Flow(fx.name,
 			dsl.Parallel("fulfil",
 				dsl.Branch(
 					dsl.Step("first", func(ctx context.Context, o Order) (Order, error) {
 						m, _ := broker.Handling(ctx)
 						ef.add(m.RunID, "first")
+						once.Do(func() { close(started) })
 						// Done only once the other branch has failed the join.
 						for {
 							st, err := fx.journal.JoinStatus(ctx, m.RunID, "0/0/fulfil")
@@ -324,6 +327,7 @@ func TestOtherBranchesStopAtTheirNextStep(t *testing.T) {
 					}),
 					dsl.Step("second", appendStep(ef, "second"))),
 				dsl.Branch(dsl.Step("fails", func(ctx context.Context, o Order) (Order, error) {
+					<-started
 					return o, broker.Fatal(errors.New("out of stock"))
 				})),
 			).Join(func(ctx context.Context, o Order, a, b Order) (Order, error) { return o, nil })))
@@ -334,5 +338,54 @@ func TestOtherBranchesStopAtTheirNextStep(t *testing.T) {
 		require.Equal(t, 1, ef.get(run, "undo-first"), "what the stopped branch completed was undone")
 		require.Zero(t, ef.get(run, "second"), "the stopped branch's next step never ran")
 		require.Contains(t, fx.outcomes(run), "step:second:stopped: another branch was given up")
+	})
+}
+
+// TestEndInABranchFailsTheRun: a branch step that returns dsl.End cannot
+// end its run (the other branch and the join would wait for ever): the
+// branch is given up with ErrEndInBranch, the run fails and what it
+// completed is compensated; a replay of a run that failed on a branch is
+// refused, saying why.
+func TestEndInABranchFailsTheRun(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", appendStep(ef, "charge")).Compensate(func(ctx context.Context, o Order) error {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "undo-charge")
+				return nil
+			}),
+			dsl.Parallel("fulfil",
+				dsl.Branch(dsl.Step("stop", func(context.Context, Order) (Order, error) { return Order{}, dsl.End })),
+				dsl.Branch(dsl.Step("book", appendStep(ef, "book"))),
+			).Join(func(ctx context.Context, o Order, a, b Order) (Order, error) {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "join")
+				return o, nil
+			})))
+		fx.work()
+		run := fx.start(Order{ID: "o-5"})
+		r := fx.waitStatus(run, journal.Compensated, 15*time.Second)
+		require.Contains(t, r.Error, engine.ErrEndInBranch.Error())
+		require.Equal(t, 1, ef.get(run, "undo-charge"))
+		require.Zero(t, ef.get(run, "join"))
+
+		// A failed branch with nothing to undo stays failed, its message
+		// in the step's dead-letter queue; replaying it is refused.
+		lone := fx.name + "-lone"
+		fx2 := newFixture(t, h, engine.Config{})
+		fx2.name = lone
+		fx2.register(dsl.Flow(lone,
+			dsl.Parallel("fulfil",
+				dsl.Branch(dsl.Step("fails", func(context.Context, Order) (Order, error) { return Order{}, broker.Fatal(errors.New("no")) })),
+				dsl.Branch(dsl.Step("book", appendStep(ef, "book"))),
+			).Join(func(ctx context.Context, o Order, a, b Order) (Order, error) { return o, nil })))
+		fx2.work()
+		failed := fx2.start(Order{ID: "o-6"})
+		fx2.waitStatus(failed, journal.Failed, 15*time.Second)
+		_, err := fx2.eng.Replay(brokertest.Ctx(t), failed)
+		require.ErrorIs(t, err, engine.ErrNotReplayable)
+		require.ErrorContains(t, err, `on a branch of "fulfil"`)
 	})
 }

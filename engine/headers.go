@@ -123,6 +123,15 @@ func (cs *compState) at() string {
 	return fmt.Sprintf("%d/%d", cs.Replays, cs.K)
 }
 
+// givenUpWhy is why the branch a chain undoes was given up, "" when it
+// was stopped by another's failure.
+func (cs *compState) givenUpWhy() string {
+	if cs.Error == branchStopped {
+		return ""
+	}
+	return cs.Error
+}
+
 // readJSONHeader decodes header name of h into v; absent is no error.
 func readJSONHeader(h broker.Table, name string, v any) (bool, error) {
 	raw, ok := h[name]

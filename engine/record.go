@@ -188,7 +188,7 @@ func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) 
 		events = append(slices.Clip(a.extra), events...)
 	case d.branch != nil:
 		for i := range events {
-			inBranch(&events[i], d.branch)
+			inBranch(&events[i], d.branch, d.pos)
 		}
 	}
 	return events

@@ -53,6 +53,14 @@ func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
 		return Moved{RunID: runID, Flow: run.Flow}, fmt.Errorf("%w: run %s was parked in %s: its message could not be read, and replaying it cannot help",
 			ErrNotReplayable, runID, run.DeadLetter)
 	}
+	if known {
+		if f, ferr := e.flow(run.Flow); ferr == nil {
+			if fork, ok := f.forkOf(run.Step); ok {
+				return Moved{RunID: runID, Flow: run.Flow}, fmt.Errorf("%w: run %s failed at step %q, on a branch of %q, whose join has failed: a branch cannot be replayed on its own yet; compensate the run instead",
+					ErrNotReplayable, runID, run.Step, fork)
+			}
+		}
+	}
 	moved, err := e.moveFailed(ctx, run, known, runID, queues, nil)
 	if !known {
 		moved.Searched = queues

@@ -389,6 +389,13 @@ func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
 			attribute.String("acemq.run_id", d.m.RunID), attribute.Int("acemq.attempt", d.m.Attempt))
 	}
 	out, err := r.call(ctx, a)
+	if d.branch != nil && (errors.Is(err, dsl.End) || err == nil && out == patterns.End) {
+		// A branch cannot end its run: the other branches and the join
+		// would wait for it for ever.
+		w.after = d.state
+		w.giveUp = &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(fmt.Errorf("%w: step %q returned dsl.End", ErrEndInBranch, r.spec.Name))}
+		return w
+	}
 	switch {
 	case errors.Is(err, dsl.End):
 		w.kept = keptOf(keptEnded, hop{}, broker.Outgoing{})

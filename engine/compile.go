@@ -167,6 +167,22 @@ type StepInfo struct {
 	Prefetch          int    `json:"prefetch,omitempty"`
 	Input             string `json:"input,omitempty"`
 	Output            string `json:"output,omitempty"`
+	// Fork describes a Parallel or a ForEach (nil for a step).
+	Fork *ForkInfo `json:"fork,omitempty"`
+	// OnFork and OnBranch name the fork a step is on a branch of, and
+	// which branch ("" and 0 on the flow's own route).
+	OnFork   string `json:"on_fork,omitempty"`
+	OnBranch int    `json:"on_branch,omitempty"`
+}
+
+// ForkInfo describes a Parallel or a ForEach of a FlowInfo: its branches'
+// steps by name (a ForEach has one branch, the step it runs per item) and,
+// for a ForEach, how many items of a run are in flight at most.
+type ForkInfo struct {
+	// Kind is "parallel" or "foreach".
+	Kind        string     `json:"kind"`
+	Branches    [][]string `json:"branches"`
+	Concurrency int        `json:"concurrency,omitempty"`
 }
 
 // Flows describes every registered flow, in registration order.
@@ -201,8 +217,30 @@ func (f *flow) info(cfg Config) FlowInfo {
 			fi.ExamplePayload = b
 		}
 	}
+	type place struct {
+		fork   string
+		branch int
+	}
+	onFork := map[string]place{}
 	for i, s := range f.steps {
 		si := StepInfo{Name: s.Name, Queue: f.queue(s.Name), External: s.External}
+		if fk := s.Fork; fk != nil {
+			si.Fork = &ForkInfo{Kind: "parallel"}
+			if fk.ForEach {
+				si.Fork.Kind, si.Fork.Concurrency = "foreach", fk.Concurrency
+			}
+			for b, steps := range fk.Branches {
+				var names []string
+				for _, bs := range steps {
+					names = append(names, bs.Name)
+					onFork[bs.Name] = place{s.Name, b}
+				}
+				si.Fork.Branches = append(si.Fork.Branches, names)
+			}
+		}
+		if on, ok := onFork[s.Name]; ok {
+			si.OnFork, si.OnBranch = on.fork, on.branch
+		}
 		if !s.External {
 			si.Retry = f.retry[i].String()
 			si.Concurrency, si.Prefetch = f.concurrency(s, cfg), f.prefetch(s, cfg)

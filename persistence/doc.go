@@ -40,8 +40,14 @@
 // listing runs reads one index range per status asked for (newest first,
 // or soonest due first among the runs with a due time), and finding the
 // runs whose id begins with a prefix reads one range of the primary key.
-// Nothing deletes runs but [SQLJournal.PurgeEnded], run by whoever wants
-// retention, in small batches.
+// It keeps runs' joins too (journal.JoinStore, the branches of a
+// Parallel or a ForEach coming back together): a row per join, per settled
+// branch and per item, a long list of items copied in; a settle is one
+// statement that locks its join's row, so that every worker agrees on
+// which branch was handed out, and which arrived last, once, and a
+// redelivered settle gets the decision the first one made. Nothing deletes
+// runs but [SQLJournal.PurgeEnded], run by whoever wants retention, in
+// small batches; a run's data and joins go with it.
 //
 // # Configuration
 //

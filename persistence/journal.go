@@ -20,8 +20,8 @@ var ErrInvalidEvent = journal.ErrInvalidEvent
 // SQLJournalConfig configures a SQLJournal. The zero value is the
 // defaults.
 type SQLJournalConfig struct {
-	// Tables names the tables (only Runs, RunEvents and RunData are used
-	// here).
+	// Tables names the tables (only Runs, RunEvents, RunData, RunJoins,
+	// RunBranches and RunItems are used here).
 	Tables Tables
 	// Retention is how long a stopped run is kept after it ended, for
 	// whoever runs PurgeEnded on a schedule (the worker, when it is set);
@@ -47,6 +47,7 @@ type SQLJournal struct {
 	t          Tables
 	sql        journalStatements
 	dataSQL    dataStatements
+	joinSQL    joinStatements
 	retention  time.Duration
 	purgeBatch int
 }
@@ -54,6 +55,7 @@ type SQLJournal struct {
 var (
 	_ journal.Journal   = (*SQLJournal)(nil)
 	_ journal.DataStore = (*SQLJournal)(nil)
+	_ journal.JoinStore = (*SQLJournal)(nil)
 )
 
 // NewSQLJournal returns a journal running on db (a pool, usually) over
@@ -70,7 +72,7 @@ func NewSQLJournal(db DB, cfg SQLJournalConfig) (*SQLJournal, error) {
 	if cfg.Retention < 0 || cfg.PurgeBatch < 0 {
 		return nil, fmt.Errorf("%w: journal: negative retention %s or purge batch %d", broker.ErrInvalidOption, cfg.Retention, cfg.PurgeBatch)
 	}
-	j := &SQLJournal{db: db, t: t, sql: renderJournalStatements(t), dataSQL: renderDataStatements(t), retention: cfg.Retention, purgeBatch: cfg.PurgeBatch}
+	j := &SQLJournal{db: db, t: t, sql: renderJournalStatements(t), dataSQL: renderDataStatements(t), joinSQL: renderJoinStatements(t), retention: cfg.Retention, purgeBatch: cfg.PurgeBatch}
 	if j.purgeBatch == 0 {
 		j.purgeBatch = DefaultPurgeBatch
 	}
@@ -109,9 +111,10 @@ func (j *SQLJournal) Record(ctx context.Context, events []journal.Event) error {
 }
 
 // PurgeEnded deletes the runs that ended more than olderThan ago (by the
-// database's clock), with their timelines and data, PurgeBatch runs per statement so
-// that no statement holds many locks for long, and says how many runs
-// went. Runs that have not stopped are never deleted; runs a Record is
+// database's clock), with their timelines, data and joins (with the joins'
+// branches and items), PurgeBatch runs per statement so that no statement
+// holds many locks for long, and says how many runs went. Runs that have
+// not stopped are never deleted; runs a Record is
 // writing at that moment are skipped, not waited for. An event recorded
 // for a run after it was purged starts it again, as a run first heard of
 // from that event. It refuses a negative olderThan.

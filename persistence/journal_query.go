@@ -297,6 +297,14 @@ func renderJournalStatements(t Tables) journalStatements {
 				DELETE FROM {{run_events}} e USING gone g WHERE e.run_id = g.run_id
 			), data AS (
 				DELETE FROM {{run_data}} d USING gone g WHERE d.run_id = g.run_id
+			), joins AS (
+				DELETE FROM {{run_joins}} j USING gone g WHERE j.run_id = g.run_id RETURNING j.run_id, j.join_key
+			), branches AS (
+				-- Of the joins deleted, so that the join's row is locked
+				-- first, as Settle locks it.
+				DELETE FROM {{run_branches}} b USING joins j WHERE b.run_id = j.run_id AND b.join_key = j.join_key
+			), join_items AS (
+				DELETE FROM {{run_items}} i USING joins j WHERE i.run_id = j.run_id AND i.join_key = j.join_key
 			)
 			SELECT count(*) FROM gone`),
 	}

@@ -82,6 +82,9 @@ func TestTablesValidate(t *testing.T) {
 		{"too long", persistence.Tables{Outbox: "a123456789012345678901234567890123456789012345678"}, false},
 		{"two roles one name", persistence.Tables{Outbox: "same", Idempotency: "same"}, false},
 		{"clashes with a default", persistence.Tables{Outbox: persistence.DefaultIdempotencyTable}, false},
+		// internal/benchmark's tables: its prefix, a 12-byte ID and 10
+		// random hex digits leave 12 bytes for the longest role.
+		{"the longest prefix in use", persistence.PrefixedTables("acemq_bench_abcdefghijkl_0123456789_"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.tables.Validate()

@@ -25,6 +25,9 @@ const (
 	DefaultRunEventsTable     = "acemq_run_events"
 	DefaultRunDataTable       = "acemq_run_data"
 	DefaultCronFiresTable     = "acemq_cron_fires"
+	DefaultRunJoinsTable      = "acemq_run_joins"
+	DefaultRunBranchesTable   = "acemq_run_branches"
+	DefaultRunItemsTable      = "acemq_run_items"
 )
 
 // maxTableName leaves room under PostgreSQL's 63-byte identifier limit for
@@ -56,6 +59,15 @@ type Tables struct {
 	RunData string
 	// CronFires holds SQLCronGuard's claimed ticks.
 	CronFires string
+	// RunJoins holds the joins SQLJournal keeps for runs
+	// (journal.JoinStore), one row each.
+	RunJoins string
+	// RunBranches holds the settled branches of runs' joins, one row
+	// each, with the decision each settle made.
+	RunBranches string
+	// RunItems holds the items of runs' joins (a ForEach's list), one row
+	// each.
+	RunItems string
 }
 
 // PrefixedTables names every table prefix followed by its default name's
@@ -75,7 +87,7 @@ func PrefixedTables(prefix string) Tables {
 // pointers are t's fields, in the order of fields.
 func (t *Tables) pointers() []*string {
 	return []*string{&t.Migrations, &t.Outbox, &t.Idempotency, &t.Schemas, &t.SchemaCounter,
-		&t.Runs, &t.RunEvents, &t.RunData, &t.CronFires}
+		&t.Runs, &t.RunEvents, &t.RunData, &t.CronFires, &t.RunJoins, &t.RunBranches, &t.RunItems}
 }
 
 // Names lists every table t names (defaults filled in), the migrations
@@ -115,6 +127,7 @@ func (t Tables) fields() []tableField {
 		{"migrations", t.Migrations}, {"outbox", t.Outbox}, {"idempotency", t.Idempotency},
 		{"schemas", t.Schemas}, {"schema counter", t.SchemaCounter},
 		{"runs", t.Runs}, {"run events", t.RunEvents}, {"run data", t.RunData}, {"cron fires", t.CronFires},
+		{"run joins", t.RunJoins}, {"run branches", t.RunBranches}, {"run items", t.RunItems},
 	}
 }
 
@@ -133,6 +146,9 @@ func (t Tables) withDefaults() Tables {
 	def(&t.RunEvents, DefaultRunEventsTable)
 	def(&t.RunData, DefaultRunDataTable)
 	def(&t.CronFires, DefaultCronFiresTable)
+	def(&t.RunJoins, DefaultRunJoinsTable)
+	def(&t.RunBranches, DefaultRunBranchesTable)
+	def(&t.RunItems, DefaultRunItemsTable)
 	return t
 }
 
@@ -167,5 +183,8 @@ func (t Tables) render(sql string) string {
 		"{{run_events}}", q(t.RunEvents),
 		"{{run_data}}", q(t.RunData),
 		"{{cron_fires}}", q(t.CronFires),
+		"{{run_joins}}", q(t.RunJoins),
+		"{{run_branches}}", q(t.RunBranches),
+		"{{run_items}}", q(t.RunItems),
 	).Replace(sql)
 }

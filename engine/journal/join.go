@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // ErrJoinNotFound: a JoinStore keeps no join under that run and key: it was
@@ -92,16 +93,21 @@ type JoinStore interface {
 	Arrivals(ctx context.Context, runID, key string, from, n int) ([]Arrival, error)
 }
 
+// MaxJoinTotal is the most branches a join can have: branch numbers are
+// 32-bit, as attempt counts are (Event.Validate), so that every JoinStore
+// can keep them (the PostgreSQL journal's are integer columns).
+const MaxJoinTotal = math.MaxInt32
+
 // CheckJoin refuses, with an error matching ErrInvalidJoin, a join no
 // JoinStore can keep: an empty or non-Text run id or key, a Total below 1
-// or a Limit below 1 or above Total.
+// or above MaxJoinTotal, or a Limit below 1 or above Total.
 func CheckJoin(j Join) error {
 	if err := checkJoinKey(j.RunID, j.Key); err != nil {
 		return err
 	}
-	if j.Total < 1 || j.Limit < 1 || j.Limit > j.Total {
-		return fmt.Errorf("%w: join %q of run %q: total %d, limit %d; want total at least 1 and limit between 1 and total",
-			ErrInvalidJoin, j.Key, j.RunID, j.Total, j.Limit)
+	if j.Total < 1 || j.Total > MaxJoinTotal || j.Limit < 1 || j.Limit > j.Total {
+		return fmt.Errorf("%w: join %q of run %q: total %d, limit %d; want total between 1 and %d and limit between 1 and total",
+			ErrInvalidJoin, j.Key, j.RunID, j.Total, j.Limit, MaxJoinTotal)
 	}
 	return nil
 }

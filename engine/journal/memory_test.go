@@ -23,6 +23,14 @@ func TestMemoryConformance(t *testing.T) {
 	})
 }
 
+func TestMemoryJoinConformance(t *testing.T) {
+	journaltest.Joins(t, func(t *testing.T) journal.JoinStore {
+		j, err := journal.NewMemory(0)
+		require.NoError(t, err)
+		return j
+	})
+}
+
 // TestMemoryForgetsOldestStoppedRuns: past its limit the memory journal
 // forgets stopped runs before running ones, oldest first.
 func TestMemoryForgetsOldestStoppedRuns(t *testing.T) {

@@ -389,3 +389,39 @@ func TestEndInABranchFailsTheRun(t *testing.T) {
 		require.ErrorContains(t, err, `on a branch of "fulfil"`)
 	})
 }
+
+// TestReplayOfAJoinGivenUpRunsItAgain: a join given up (nothing to
+// compensate) leaves its run failed with the last arrival in the fork's
+// dead-letter queue; a replay runs the join again, once, and the run
+// completes without running any branch again.
+func TestReplayOfAJoinGivenUpRunsItAgain(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Parallel("fulfil",
+				dsl.Branch(dsl.Step("reserve", appendStep(ef, "reserve"))),
+				dsl.Branch(dsl.Step("book", appendStep(ef, "book"))),
+			).Join(func(ctx context.Context, o Order, a, b Order) (Order, error) {
+				m, _ := broker.Handling(ctx)
+				if ef.add(m.RunID, "join") == 1 {
+					return o, broker.Fatal(errors.New("warehouse offline"))
+				}
+				return o, nil
+			}),
+			dsl.Step("confirm", appendStep(ef, "confirm"))))
+		fx.work()
+		run := fx.start(Order{ID: "o-7"})
+		r := fx.waitStatus(run, journal.Failed, 15*time.Second)
+		require.Contains(t, r.Error, "warehouse offline")
+		require.Equal(t, "fulfil", r.Step)
+		moved, err := fx.eng.Replay(brokertest.Ctx(t), run)
+		require.NoError(t, err)
+		require.Equal(t, fx.name+".fulfil.dlq", moved.From)
+		fx.waitStatus(run, journal.Completed, 15*time.Second)
+		require.Equal(t, 2, ef.get(run, "join"), "the join ran again, once")
+		require.Equal(t, 1, ef.get(run, "reserve"))
+		require.Equal(t, 1, ef.get(run, "book"))
+		require.Equal(t, 1, ef.get(run, "confirm"))
+	})
+}

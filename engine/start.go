@@ -101,7 +101,7 @@ type Started struct {
 // It returns once the broker confirmed the run's first message (held on
 // the ladder if the run waits first), and records the run in the journal.
 func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts ...StartOption) (Started, error) {
-	p, err := e.prepareStart(ctx, flowName, payload, opts)
+	p, err := e.prepareStart(ctx, flowName, payload, opts, false)
 	if err != nil || p.done {
 		return p.res, err
 	}
@@ -145,12 +145,15 @@ type TxOutbox[Tx any] interface {
 // takes it. Payload and options are Start's; the payload is refused
 // before anything is written. A run held until later (At, In, or a delay
 // before its first step) waits on the ladder from when the relay sends it,
-// never less.
+// never less. StartTx does not look RunID up in the journal (that would
+// take a connection beside the caller's transaction): a run id already
+// started sends its first message again, which its first step finds done;
+// StartAgain is refused (ErrInvalidConfig).
 func StartTx[Tx any](ctx context.Context, e *Engine, outbox TxOutbox[Tx], tx Tx, flowName string, payload any, opts ...StartOption) (Started, error) {
 	if outbox == nil {
 		return Started{}, fmt.Errorf("%w: nil outbox", ErrInvalidConfig)
 	}
-	p, err := e.prepareStart(ctx, flowName, payload, opts)
+	p, err := e.prepareStart(ctx, flowName, payload, opts, true)
 	if err != nil || p.done {
 		return p.res, err
 	}
@@ -182,7 +185,13 @@ type started struct {
 	done   bool
 }
 
-func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any, opts []StartOption) (started, error) {
+// prepareStart works out a start. inTx is a start inside the caller's
+// transaction (StartTx): it never looks the run id up in the journal,
+// which would take a second connection from a pool the caller may hold
+// every connection of (starters in transactions then wait on each other
+// for ever); a run id already started only sends its first message again,
+// which its first step finds done.
+func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any, opts []StartOption, inTx bool) (started, error) {
 	var cfg startConfig
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -198,9 +207,12 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 		return started{}, err
 	}
 	n, retried := 0, false
-	if cfg.runID == "" {
+	switch {
+	case cfg.again && inTx:
+		return started{}, fmt.Errorf("%w: StartAgain in a transaction: a run is started again outside one (Start)", ErrInvalidConfig)
+	case cfg.runID == "":
 		cfg.runID = broker.NewID()
-	} else {
+	case !inTx:
 		run, again, err := e.existing(ctx, f, cfg)
 		switch {
 		case err != nil:

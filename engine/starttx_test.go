@@ -90,3 +90,40 @@ func testDatabase(t testing.TB) (*pgxpool.Pool, persistence.Tables) {
 	})
 	return db, tables
 }
+
+// TestStartTxHoldsNoSecondConnection: StartTx with a run id, inside a
+// transaction on a pool of one connection, returns at once: it does not
+// look the run up in a journal on the same pool (which waited for ever
+// once every connection was some starter's transaction: make chaos's
+// scenario 3 hung so). StartAgain in a transaction is refused.
+func TestStartTxHoldsNoSecondConnection(t *testing.T) {
+	t.Parallel()
+	h := brokertest.New(t, "memory://"+testenv.Name(t, "broker"), false)
+	ctx := brokertest.Ctx(t)
+	_, tables := testDatabase(t)
+	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(one.Close)
+	j, err := persistence.NewSQLJournal(one, persistence.SQLJournalConfig{Tables: tables})
+	require.NoError(t, err)
+	store, err := persistence.NewSQLOutboxStore(one, persistence.SQLOutboxStoreConfig{Tables: tables})
+	require.NoError(t, err)
+	fx := newFixture(t, h, engine.Config{Journal: j})
+	fx.register(dsl.Flow(fx.name, dsl.Step("charge", appendStep(newEffects(), "charge"))))
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var got engine.Started
+	require.NoError(t, pgx.BeginFunc(tctx, one, func(tx pgx.Tx) error {
+		got, err = engine.StartTx(tctx, fx.eng, store, persistence.DB(tx), fx.name, Order{ID: "one"}, engine.RunID(fx.name+"-1"))
+		return err
+	}))
+	require.Equal(t, fx.name+"-1", got.RunID)
+	err = pgx.BeginFunc(tctx, one, func(tx pgx.Tx) error {
+		_, err := engine.StartTx(tctx, fx.eng, store, persistence.DB(tx), fx.name, Order{ID: "one"}, engine.RunID(fx.name+"-1"), engine.StartAgain())
+		return err
+	})
+	require.ErrorIs(t, err, engine.ErrInvalidConfig)
+}

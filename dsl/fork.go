@@ -287,3 +287,47 @@ func branchSteps(parts []Part) ([]StepSpec, error) {
 	}
 	return steps, nil
 }
+
+// ChildSpec is a Child step as the engine reads it (StepSpec.Child): the
+// flow it starts a run of.
+type ChildSpec struct {
+	// Flow is the child flow's name; the engine runs it, so it must be
+	// registered with the same engine.
+	Flow string
+}
+
+// Child describes a step that starts a run of flow (a child run) on the
+// payload that reached it and waits for it: the child run's last step's
+// output, which must be an Out, is what the step returns. The child's run
+// id is the parent's and the step's (<parent run id>.<name>), in the
+// parent's timeline, and the child knows its parent (acemq-flow-parent).
+// A child run that fails fails the step: another child run is started
+// (<parent run id>.<name>.<attempt>) while the step's retry policy allows,
+// then the step is given up. flow must be built, take what reaches the step and return Out; a
+// child that ends early (dsl.End) fails the step, since it returned
+// nothing. Compensate, Transactional, When and the rest of a step's knobs
+// apply to the step as to any other.
+func Child[In, Out any](name string, flow *FlowDef) *StepDef[In, Out] {
+	s := &StepDef[In, Out]{}
+	s.spec.Name = name
+	s.spec.In = reflect.TypeFor[In]()
+	s.spec.Out = reflect.TypeFor[Out]()
+	switch {
+	case flow == nil:
+		s.errs = append(s.errs, errors.New("Child of a nil flow"))
+		return s
+	case flow.Err() != nil:
+		s.errs = append(s.errs, fmt.Errorf("its child flow: %w", flow.Err()))
+		return s
+	}
+	if in := flow.Input(); in != nil && !fits(s.spec.In, in) {
+		s.errs = append(s.errs, fmt.Errorf("takes %s, but child flow %q takes %s", s.spec.In, flow.Name(), in))
+		return s
+	}
+	if steps := flow.Steps(); !fits(steps[len(steps)-1].Out, s.spec.Out) {
+		s.errs = append(s.errs, fmt.Errorf("returns %s, but child flow %q's last step returns %s", s.spec.Out, flow.Name(), steps[len(steps)-1].Out))
+		return s
+	}
+	s.spec.Child = &ChildSpec{Flow: flow.Name()}
+	return s
+}

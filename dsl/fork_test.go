@@ -78,6 +78,20 @@ func TestForksBuild(t *testing.T) {
 	require.Equal(t, dsl.DefaultForEachConcurrency, def.Steps()[0].Fork.Concurrency)
 }
 
+// A Child step names its flow, takes what the child takes and returns
+// what the child's last step returns.
+func TestChildBuilds(t *testing.T) {
+	t.Parallel()
+	g := dsl.Flow("g", dsl.Step("a", pass), dsl.Step("b", ship))
+	f := dsl.Flow("f", dsl.Step("v", pass), dsl.Child[Order, Shipment]("c", g).Compensate(func(context.Context, Shipment) error { return nil }),
+		dsl.Step("l", label))
+	require.NoError(t, f.Err())
+	c := f.Steps()[1]
+	require.Equal(t, "g", c.Child.Flow)
+	require.True(t, c.Compensable)
+	require.Equal(t, reflect.TypeFor[Shipment](), c.Out)
+}
+
 // What a fork cannot be is refused when the flow is built, naming it.
 func TestForkBuildErrors(t *testing.T) {
 	t.Parallel()
@@ -123,6 +137,12 @@ func TestForkBuildErrors(t *testing.T) {
 			`flow "f": step "e": concurrency 0, want at least 1`},
 		{"ForEach's step broken", dsl.Flow("f", dsl.ForEach("e", items, dsl.Step("pick", pick).Concurrency(0), total)),
 			`flow "f": step "e": its step "pick": concurrency 0, want at least 1`},
+		{"Child of nil", dsl.Flow("f", dsl.Child[Order, Order]("c", nil)), `flow "f": step "c": Child of a nil flow`},
+		{"Child of a broken flow", dsl.Flow("f", dsl.Child[Order, Order]("c", dsl.Flow("g"))), `flow "f": step "c": its child flow: flow "g": no steps`},
+		{"Child that takes another type", dsl.Flow("f", dsl.Child[Shipment, Order]("c", dsl.Flow("g", dsl.Step("a", pass)))),
+			`flow "f": step "c": takes dsl_test.Shipment, but child flow "g" takes dsl_test.Order`},
+		{"Child that returns another type", dsl.Flow("f", dsl.Child[Order, Order]("c", dsl.Flow("g", dsl.Step("a", ship)))),
+			`flow "f": step "c": returns dsl_test.Order, but child flow "g"'s last step returns dsl_test.Shipment`},
 		{"ForEach's join returns what the next step does not take", dsl.Flow("f", dsl.ForEach("e", items, dsl.Step("pick", pick), total), dsl.Step("a", pass)),
 			`flow "f": step "a": takes dsl_test.Order, but step "e" before it returns int`},
 	}

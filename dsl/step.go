@@ -210,6 +210,19 @@ func (s *StepDef[In, Out]) stepSpec() (StepSpec, error) {
 	if len(s.errs) > 0 {
 		return spec, s.errs[0]
 	}
+	if spec.Child != nil {
+		// The engine runs the child; its compensation is the step's own.
+		if comp := s.comp; comp != nil {
+			spec.compensate = func(ctx context.Context, decode func(any) error) error {
+				var out Out
+				if err := decode(&out); err != nil {
+					return err
+				}
+				return comp(ctx, out)
+			}
+		}
+		return spec, nil
+	}
 	if !spec.External {
 		fn, comp := s.fn, s.comp
 		spec.run = func(ctx context.Context, decode func(any) error) (any, error) {
@@ -266,6 +279,8 @@ type StepSpec struct {
 	// Fork is set for a Parallel or a ForEach: its branches and its join.
 	// Its In is what reaches it, its Out what its join returns.
 	Fork *ForkSpec
+	// Child is set for a Child step: the flow it starts a run of.
+	Child *ChildSpec
 
 	whenSrc, orderSrc, delayUntilSrc string
 	run                              func(ctx context.Context, decode func(any) error) (any, error)

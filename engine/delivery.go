@@ -36,6 +36,11 @@ type delivery struct {
 	// branch is the branch of a fork the message is on (acemq-flow-branch),
 	// nil on the run's own route.
 	branch *branchRef
+	// parent is the run a child run returns to (acemq-flow-parent); child
+	// what a child run came to, on the message that resumes its parent
+	// (acemq-flow-child).
+	parent *parentRef
+	child  *childResult
 	// err says why the message cannot be a run's at all (its run id,
 	// route or state unreadable): it is given up as it is.
 	err error
@@ -61,6 +66,18 @@ func readStep(m *broker.Message) delivery {
 		d.err = err
 	} else if found {
 		d.branch = &b
+	}
+	var p parentRef
+	if found, err := readJSONHeader(m.Headers, HeaderParent, &p); err != nil {
+		d.err = err
+	} else if found {
+		d.parent = &p
+	}
+	var c childResult
+	if found, err := readJSONHeader(m.Headers, HeaderChild, &c); err != nil {
+		d.err = err
+	} else if found {
+		d.child = &c
 	}
 	return d
 }

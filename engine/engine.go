@@ -250,6 +250,9 @@ func (e *Engine) canRun(f *flow) error {
 		return fmt.Errorf("%w: flow %q has a Parallel or a ForEach and the engine's journal (%T) keeps no joins; give it a journal that does (the Memory journal, or PostgreSQL's)",
 			ErrNoJoins, f.name, e.journal)
 	}
+	if err := e.canRunChildren(f); err != nil {
+		return err
+	}
 	if e.once.Transactional() {
 		return nil
 	}

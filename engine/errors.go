@@ -51,4 +51,10 @@ var (
 	// returned dsl.End. A branch cannot end its run, so the branch is
 	// given up (and the run fails) instead.
 	ErrEndInBranch = errors.New("a branch cannot end its run")
+	// ErrChildEnded: a step of a child run returned dsl.End, so the child
+	// returned nothing to its parent: it fails, and so does the parent's
+	// Child step.
+	ErrChildEnded = errors.New("a child run ended early")
+	// ErrChildFailed: the child run of a Child step failed.
+	ErrChildFailed = errors.New("child run failed")
 )

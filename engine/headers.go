@@ -38,7 +38,32 @@ const (
 	// serves an External step in a branch carries it on as it carries any
 	// application header.
 	HeaderBranch = "acemq-flow-branch"
+	// HeaderParent is on the messages of a child run (dsl.Child): the
+	// parent run and step it returns to, and where the message that
+	// resumes the parent is kept in the parent's run data.
+	HeaderParent = "acemq-flow-parent"
+	// HeaderChild is on the message that resumes a parent run once its
+	// child run is over: the child's run id, whether it completed, its
+	// error, and which attempt of the parent's step it was.
+	HeaderChild = "acemq-flow-child"
 )
+
+// parentRef is the acemq-flow-parent header.
+type parentRef struct {
+	Run     string `json:"run"`
+	Flow    string `json:"flow"`
+	Step    string `json:"step"`
+	Data    string `json:"data"`
+	Attempt int    `json:"attempt"`
+}
+
+// childResult is the acemq-flow-child header.
+type childResult struct {
+	Run       string `json:"run"`
+	Completed bool   `json:"completed"`
+	Error     string `json:"error,omitempty"`
+	Attempt   int    `json:"attempt"`
+}
 
 // branchRef is the acemq-flow-branch header, and a compensation's state's
 // mark of a chain that undoes one branch.
@@ -173,7 +198,7 @@ func replays(h broker.Table) int {
 var hopDropped = []string{
 	"traceparent", "tracestate",
 	broker.HeaderReplayedFrom, broker.HeaderReplayedAt,
-	broker.HeaderRoutingSlip, HeaderRun, HeaderCompensation, HeaderStarted, HeaderDue,
+	broker.HeaderRoutingSlip, HeaderRun, HeaderCompensation, HeaderStarted, HeaderDue, HeaderChild,
 }
 
 // carried is the headers of m a message that continues its run carries.
@@ -194,6 +219,7 @@ const (
 	keptHop   byte = iota // a message to send on (the next step, a compensation)
 	keptDone              // the route is done: nothing to send
 	keptEnded             // the step ended the run (dsl.End)
+	keptReturn            // the route of a child run is done: its result goes to its parent
 )
 
 // keptVersion starts a kept record that carries the hop's plan, and
@@ -254,7 +280,7 @@ func (k kept) encode() ([]byte, error) {
 	for _, p := range k.skipped {
 		b = binary.AppendUvarint(b, uint64(p))
 	}
-	if k.kind != keptHop {
+	if k.kind != keptHop && k.kind != keptReturn {
 		return b, nil
 	}
 	if version == keptSpilling {
@@ -314,7 +340,7 @@ func decodeKept(b []byte) (kept, error) {
 	switch k.kind {
 	case keptDone, keptEnded:
 		return k, nil
-	case keptHop:
+	case keptHop, keptReturn:
 	default:
 		return bad(fmt.Sprintf("kind %d", k.kind))
 	}

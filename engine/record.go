@@ -218,6 +218,14 @@ func (r *stepRunner) accepted(a *stepAttempt, base journal.Event, now time.Time)
 	case resultStopped:
 		base.Outcome = "stopped: another branch was given up"
 		return []journal.Event{base}
+	case resultChildStarted:
+		base.Outcome = "started child run " + a.child
+		base.Key = fmt.Sprintf("child/%s/%d", d.at(), d.m.Attempt)
+		if d.child != nil {
+			// Started again after the child failed.
+			base.Key = fmt.Sprintf("child/%s/again/%d", d.at(), d.child.Attempt)
+		}
+		return []journal.Event{base}
 	case resultEnded:
 		base.Outcome, base.Status = "ended", journal.Ended
 		return []journal.Event{base}

@@ -25,6 +25,9 @@ type startConfig struct {
 	in      time.Duration
 	outcome string
 	again   bool
+	// headers go on the run's first message beside the engine's own (a
+	// child run's acemq-flow-parent).
+	headers broker.Table
 }
 
 // startOutcome says how the run's start reads in its timeline.
@@ -264,7 +267,7 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	if err := e.declare(ctx, f); err != nil {
 		return p, fmt.Errorf("start %q: %w", f.name, err)
 	}
-	if p.out, err = f.startMessage(ctx, e.conn, p.res.RunID, n, route, h.next, input); err != nil {
+	if p.out, err = f.startMessage(ctx, e.conn, p.res.RunID, n, route, h.next, input, cfg.headers); err != nil {
 		return p, fmt.Errorf("start %q: %w", f.name, err)
 	}
 	p.events = append([]journal.Event{start}, f.startSkips(p.res.RunID, n, route, h, now)...)
@@ -399,10 +402,13 @@ func (f *flow) validate(payload any) error {
 
 // startMessage is a run's first message, addressed to route[pos]; a run
 // started again carries its replay count, as its hops do.
-func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string, replays int, route []string, pos int, input any) (broker.Outgoing, error) {
+func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string, replays int, route []string, pos int, input any, headers broker.Table) (broker.Outgoing, error) {
 	opts := []broker.PublishOption{
 		broker.ToExchange(f.name), broker.To(route[pos]), broker.Mandatory(), broker.RunID(runID),
 		broker.WithCodec(f.codec),
+	}
+	if len(headers) > 0 {
+		opts = append(opts, broker.Headers(headers))
 	}
 	if replays > 0 {
 		opts = append(opts, broker.Header(broker.HeaderReplayCount, int64(replays)))

@@ -39,6 +39,7 @@ const (
 	resultForked                         // a fork took the run in and sent its branches
 	resultArrived                        // a branch came back to its fork, which waits for others
 	resultStopped                        // a branch stopped: another was given up
+	resultChildStarted                   // a Child step started its child run, and waits for it
 )
 
 // stepRunner works one step's queue.
@@ -77,6 +78,8 @@ type stepAttempt struct {
 	// at the fork); forked is the join a fork opened.
 	joined *branchRef
 	forked journal.JoinStatus
+	// child is the child run a Child step started.
+	child string
 }
 
 // recording is what a step's or a compensation's handler leaves for
@@ -156,7 +159,7 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 func (a *stepAttempt) accepting() bool {
 	switch a.result {
 	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled, resultCompensating,
-		resultForked, resultArrived, resultStopped:
+		resultForked, resultArrived, resultStopped, resultChildStarted:
 		return true
 	}
 	return false
@@ -229,6 +232,12 @@ func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 	} else if r.spec.Fork != nil {
 		return r.fork(ctx, a)
 	}
+	if r.spec.Child != nil {
+		if d.child == nil {
+			return r.startChild(ctx, a, 1)
+		}
+		return r.childReturned(ctx, a)
+	}
 	return r.runUnit(ctx, a, d.stepKey(r.spec.Name))
 }
 
@@ -300,7 +309,7 @@ func (r *stepRunner) carried(a *stepAttempt, key string, k kept) {
 	switch {
 	case k.kind == keptEnded:
 		a.result = resultEnded
-	case k.kind == keptDone:
+	case k.kind == keptDone, k.kind == keptReturn:
 		a.result, a.plan = resultDone, k.plan()
 	default:
 		a.result, a.plan = resultContinued, k.plan()
@@ -389,6 +398,11 @@ func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
 			attribute.String("acemq.run_id", d.m.RunID), attribute.Int("acemq.attempt", d.m.Attempt))
 	}
 	out, err := r.call(ctx, a)
+	if d.parent != nil && (errors.Is(err, dsl.End) || err == nil && out == patterns.End) {
+		w.after = d.state
+		w.giveUp = &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(fmt.Errorf("%w: step %q returned dsl.End", ErrChildEnded, r.spec.Name))}
+		return w
+	}
 	if d.branch != nil && (errors.Is(err, dsl.End) || err == nil && out == patterns.End) {
 		// A branch cannot end its run: the other branches and the join
 		// would wait for it for ever.
@@ -437,6 +451,15 @@ func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
 	}
 	if plan.next == len(d.route) {
 		w.kept = keptOf(keptDone, plan, broker.Outgoing{})
+		if d.parent != nil {
+			// A child run's result goes back to its parent.
+			ret, err := r.e.returnToParent(ctx, d, out, "")
+			if err != nil {
+				w.giveUp = &patterns.HopError{Step: r.spec.Name, To: d.parent.Step, Err: err}
+				return w
+			}
+			w.kept = keptOf(keptReturn, plan, ret)
+		}
 		return w
 	}
 	carried, spills := w.after, []spill(nil)
@@ -472,7 +495,7 @@ func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
 // leaders nacks for a while after losing a node, or lost with the
 // connection).
 func (e *Engine) carryOut(ctx context.Context, step, runID string, k kept) error {
-	if k.kind != keptHop {
+	if k.kind != keptHop && k.kind != keptReturn {
 		return nil
 	}
 	if err := e.putSpills(ctx, runID, k.spills); err != nil {
@@ -591,6 +614,14 @@ func (r *stepRunner) giveUp(ctx context.Context, a *stepAttempt, st runState, un
 	parked := a.expect == broker.OutcomeLabelParked
 	if a.d.branch != nil && r.spec.Fork == nil {
 		return r.branchGivenUp(ctx, a, st, serr, reject)
+	}
+	if a.d.parent != nil {
+		if err := r.e.childFailed(ctx, &a.d, serr); err != nil {
+			r.e.log.Warn("a child run's failure could not be sent to its parent; the failed step will be tried again",
+				slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", err))
+			a.result, a.expect = resultBusy, ""
+			return broker.InProgress(r.e.cfg.InProgressDelay)
+		}
 	}
 	if len(st.Compensate) > 0 || len(unresolved) > 0 {
 		hold := r.f.hold

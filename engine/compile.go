@@ -169,6 +169,8 @@ type StepInfo struct {
 	Output            string `json:"output,omitempty"`
 	// Fork describes a Parallel or a ForEach (nil for a step).
 	Fork *ForkInfo `json:"fork,omitempty"`
+	// Child is the flow a Child step starts a run of.
+	Child string `json:"child,omitempty"`
 	// OnFork and OnBranch name the fork a step is on a branch of, and
 	// which branch ("" and 0 on the flow's own route).
 	OnFork   string `json:"on_fork,omitempty"`
@@ -237,6 +239,9 @@ func (f *flow) info(cfg Config) FlowInfo {
 				}
 				si.Fork.Branches = append(si.Fork.Branches, names)
 			}
+		}
+		if s.Child != nil {
+			si.Child = s.Child.Flow
 		}
 		if on, ok := onFork[s.Name]; ok {
 			si.OnFork, si.OnBranch = on.fork, on.branch

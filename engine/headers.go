@@ -216,10 +216,10 @@ func carried(m *broker.Message) broker.Table {
 
 // What a kept record says became of the run at the step.
 const (
-	keptHop   byte = iota // a message to send on (the next step, a compensation)
-	keptDone              // the route is done: nothing to send
-	keptEnded             // the step ended the run (dsl.End)
-	keptReturn            // the route of a child run is done: its result goes to its parent
+	keptHop    byte = iota // a message to send on (the next step, a compensation)
+	keptDone               // the route is done: nothing to send
+	keptEnded              // the step ended the run (dsl.End)
+	keptReturn             // the route of a child run is done: its result goes to its parent
 )
 
 // keptVersion starts a kept record that carries the hop's plan, and

@@ -110,11 +110,13 @@ func (a *app) describeFlows(ctx context.Context, ask func(*engine.Engine) ([]eng
 	return infos, nil
 }
 
-// writeFlow shows one flow for a person: the flow, then each step with the
-// settings it has, then the example payload and the command of the binary
-// program that starts a run with it.
+// writeFlow shows one flow for a person: the flow, its graph (the route,
+// a fork's branches under it), then each step with the settings it has,
+// in the graph's order, then the example payload and the command of the
+// binary program that starts a run with it.
 func writeFlow(cmd *cobra.Command, program string, fi engine.FlowInfo) error {
-	t := newTable(cmd.OutOrStdout())
+	out := cmd.OutOrStdout()
+	t := newTable(out)
 	t.row("flow", fi.Name)
 	t.row("form", fi.Form)
 	t.row("exchange", fi.Exchange)
@@ -123,18 +125,37 @@ func writeFlow(cmd *cobra.Command, program string, fi engine.FlowInfo) error {
 		t.row("hold for replay", fi.HoldForReplay)
 	}
 	t.row("compensate queue", fi.CompensateQueue)
-	for i, s := range fi.Steps {
+	if err := t.flush(); err != nil {
+		return err
+	}
+	heading := "\nroute:"
+	if fi.Form == "routing slip" {
+		heading = "\nsteps (each run's itinerary picks its route from them):"
+	}
+	if _, err := fmt.Fprintln(out, heading); err != nil {
+		return err
+	}
+	for _, l := range flowGraph(fi, graphWidth-2) {
+		if _, err := fmt.Fprintln(out, "  "+l); err != nil {
+			return err
+		}
+	}
+	t = newTable(out)
+	for _, p := range flowPlaces(fi) {
+		s := p.step
 		t.row("")
-		title := fmt.Sprintf("step %d", i+1)
 		if s.External {
-			t.row(title, s.Name+" (served by another service)")
+			t.row(p.title(), s.Name+" (served by another service)")
 		} else {
-			t.row(title, s.Name)
+			t.row(p.title(), s.Name)
 		}
 		field := func(name, value string) {
 			if value != "" {
 				t.row("  "+name, value)
 			}
+		}
+		if s.Fork != nil {
+			field("fork", forkSummary(s.Fork)+"; its queue takes the branches back and runs the join")
 		}
 		field("queue", s.Queue)
 		field("when", s.When)

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -126,21 +128,39 @@ func runDuration(r journal.Run, now time.Time) string {
 	return shortDuration(now.Sub(r.StartedAt)) + " so far"
 }
 
-// runJSON is what `runs show --output json` prints: the run and its
-// timeline.
+// runJSON is what `runs show --output json` prints: the run, its whole
+// timeline, and, for a run that forked, each fork with the branches
+// --branches and --branch choose.
 type runJSON struct {
 	journal.Run
 	Steps []journal.Event `json:"steps"`
+	Forks []*runFork      `json:"forks,omitempty"`
 }
 
 func (a *app) runsShowCommand() *cobra.Command {
-	var output outputFormat
+	var (
+		output   outputFormat
+		branches string
+		only     []string
+	)
 	cmd := &cobra.Command{
 		Use:   "show <run-id>",
-		Short: "Show a run and its timeline: every step attempt, skip, delay, compensation and replay",
-		Long:  "Show a run and its timeline: every step attempt, skip, delay, compensation and replay.\n\n" + runIDHelp,
-		Args:  cobra.ExactArgs(1),
+		Short: "Show a run and its timeline: every step attempt, skip, delay, compensation and replay, and each branch of its forks",
+		Long: "Show a run and its timeline: every step attempt, skip, delay, compensation and replay.\n\n" +
+			"A run that forked (a Parallel, a ForEach) shows its own events first, then each fork: how\n" +
+			"many branches it has and how they stand (handed out, arrived, failed, stopped, running),\n" +
+			"then its branches, each with its steps. A fork of more than " + strconv.Itoa(smallFork) + " branches shows its first\n" +
+			"and last " + strconv.Itoa(edgeBranches) + " and at most " + strconv.Itoa(failedBranches) + " of those given up, and the run's own events that repeat\n" +
+			"(the compensation of every item) are shortened; --branches all shows everything, --branches\n" +
+			"failed the branches given up or stopped, --branch N (or A-B, or <fork>:N) the ones named.\n" +
+			"Branches are numbered from 0, as the journal's \"item 0 arrived\" says. With --output json,\n" +
+			"\"steps\" is the whole timeline and \"forks\" the forks with the branches chosen.\n\n" + runIDHelp,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			choice, err := parseBranchChoice(branches, only)
+			if err != nil {
+				return fmt.Errorf("runs show: %w", err)
+			}
 			j, done, err := a.openRunsJournal(cmd)
 			if err != nil {
 				return err
@@ -157,18 +177,54 @@ func (a *app) runsShowCommand() *cobra.Command {
 			if events == nil {
 				events = []journal.Event{}
 			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), runJSON{Run: run, Steps: events})
+			own, forks := groupBranches(events)
+			for _, f := range forks {
+				choice.choose(f)
 			}
-			return writeRun(cmd, run, events)
+			if err := handedOut(cmd.Context(), j, run.ID, forks); err != nil {
+				return fmt.Errorf("runs show: %w", err)
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), runJSON{Run: run, Steps: events, Forks: forks})
+			}
+			return writeRun(cmd, run, own, forks, choice.mode == branchesAll)
 		},
 	}
 	addOutputFlag(cmd, &output)
+	cmd.Flags().StringVar(&branches, "branches", branchesSome, "which branches of a fork to show: some (a few of a large fork, and those given up), all, failed (given up or stopped), none")
+	cmd.Flags().StringSliceVar(&only, "branch", nil, "show only these branches: an index (57), a range (100-199), either for one fork (each:57); repeat or comma-separate")
 	return cmd
 }
 
-// writeRun shows a run for a person: its fields, then its timeline.
-func writeRun(cmd *cobra.Command, r journal.Run, events []journal.Event) error {
+// handedOut counts each fork's branches handed out from its join, when
+// the journal keeps joins (journal.JoinStore) and still has it; otherwise
+// the count of branches with events stays.
+func handedOut(ctx context.Context, j journal.Journal, runID string, forks []*runFork) error {
+	js, ok := j.(journal.JoinStore)
+	if !ok {
+		return nil
+	}
+	for _, f := range forks {
+		st, err := js.JoinStatus(ctx, runID, f.Join)
+		switch {
+		case errors.Is(err, journal.ErrJoinNotFound):
+			continue
+		case err != nil:
+			return fmt.Errorf("join of fork %s: %w", f.Step, err)
+		}
+		f.HandedOut = max(st.Dispatched, f.HandedOut)
+		if f.Total == 0 {
+			f.Total = st.Total
+		}
+	}
+	return nil
+}
+
+// writeRun shows a run for a person: its fields, then its own timeline,
+// then each of its forks (forks, from groupBranches) with its branches
+// chosen. Unless full, a run of alike events in the timeline (the
+// compensation of every item of a large ForEach) is shortened.
+func writeRun(cmd *cobra.Command, r journal.Run, own []journal.Event, forks []*runFork, full bool) error {
 	out := cmd.OutOrStdout()
 	t := newTable(out)
 	t.row("run", r.ID)
@@ -204,15 +260,136 @@ func writeRun(cmd *cobra.Command, r journal.Run, events []journal.Event) error {
 	}
 	t = newTable(out)
 	t.row("KIND", "STEP", "ATTEMPT", "OUTCOME", "STARTED", "ENDED", "QUEUE", "DUE", "ERROR")
-	for _, e := range events {
-		attempt := ""
-		if e.Attempt > 0 {
-			attempt = strconv.Itoa(e.Attempt)
+	for _, e := range shorten(own, full) {
+		t.row(eventCells(e)...)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	for _, f := range forks {
+		if err := writeFork(out, f); err != nil {
+			return err
 		}
-		t.row(string(e.Kind), e.Step, attempt, e.Outcome, localTime(e.StartedAt, timeLayoutMillis), localTime(e.EndedAt, timeLayoutMillis),
-			e.Queue, localTimePtr(e.DueAt, timeLayoutMillis), truncate(e.Error, errorColumnWidth))
+	}
+	return nil
+}
+
+// eventCells are an event's cells in a timeline table.
+func eventCells(e journal.Event) []string {
+	attempt := ""
+	if e.Attempt > 0 {
+		attempt = strconv.Itoa(e.Attempt)
+	}
+	return []string{string(e.Kind), e.Step, attempt, e.Outcome, localTime(e.StartedAt, timeLayoutMillis), localTime(e.EndedAt, timeLayoutMillis),
+		e.Queue, localTimePtr(e.DueAt, timeLayoutMillis), truncate(e.Error, errorColumnWidth)}
+}
+
+// Runs of alike events (of one kind, step and outcome) longer than
+// longRun are shortened to their first keepHead and last keepTail, with
+// a line saying how many are left out.
+const (
+	longRun  = 8
+	keepHead = 3
+	keepTail = 2
+)
+
+// shorten shortens the runs of alike events in a timeline (unless full):
+// an event whose Outcome says how many were left out ("… 99995 more
+// compensated") stands for them; --branches all shows them.
+func shorten(events []journal.Event, full bool) []journal.Event {
+	if full {
+		return events
+	}
+	alike := func(a, b journal.Event) bool { return a.Kind == b.Kind && a.Step == b.Step && a.Outcome == b.Outcome }
+	var out []journal.Event
+	for i := 0; i < len(events); {
+		j := i + 1
+		for j < len(events) && alike(events[i], events[j]) {
+			j++
+		}
+		if j-i <= longRun {
+			out = append(out, events[i:j]...)
+		} else {
+			out = append(out, events[i:i+keepHead]...)
+			out = append(out, journal.Event{Kind: events[i].Kind, Step: events[i].Step,
+				Outcome: fmt.Sprintf("… %d more %s", j-i-keepHead-keepTail, events[i].Outcome)})
+			out = append(out, events[j-keepTail:j]...)
+		}
+		i = j
+	}
+	return out
+}
+
+// writeFork shows one fork of a run: what it is, how its branches stand,
+// which of them follow, then those branches' events, branch by branch.
+func writeFork(out io.Writer, f *runFork) error {
+	title := "fork " + f.Step
+	if f.Replay > 0 {
+		title += fmt.Sprintf(" (replay %d)", f.Replay)
+	}
+	switch {
+	case f.Kind == "foreach" && f.Total > 0:
+		title += fmt.Sprintf(": for each of %d items, at most %d in flight", f.Total, f.InFlight)
+	case f.Kind == "foreach":
+		title += ": for each item"
+	case f.Kind == "parallel":
+		title += fmt.Sprintf(": parallel, %d branches", f.Total)
+	}
+	counts := []string{fmt.Sprintf("%d handed out", f.HandedOut)}
+	if f.Total > f.HandedOut {
+		counts = append(counts, fmt.Sprintf("%d not handed out", f.Total-f.HandedOut))
+	}
+	counts = append(counts, fmt.Sprintf("%d arrived", f.Arrived), fmt.Sprintf("%d failed", f.Failed))
+	if f.Unresolved > 0 {
+		counts = append(counts, fmt.Sprintf("%d unresolved", f.Unresolved))
+	}
+	counts = append(counts, fmt.Sprintf("%d stopped", f.Stopped), fmt.Sprintf("%d running", f.Running))
+	if _, err := fmt.Fprintf(out, "\n%s\n  %s\n", title, strings.Join(counts, ", ")); err != nil {
+		return err
+	}
+	if f.Hidden > 0 {
+		if _, err := fmt.Fprintf(out, "  showing %s of %d branches; more with --branches all|failed or --branch N|A-B|%s:N\n",
+			branchList(f.Branches), len(f.all), f.Step); err != nil {
+			return err
+		}
+	}
+	if len(f.Branches) == 0 {
+		return nil
+	}
+	t := newTable(out)
+	t.row("BRANCH", "STATUS", "KIND", "STEP", "ATTEMPT", "OUTCOME", "STARTED", "ENDED", "QUEUE", "DUE", "ERROR")
+	for _, b := range f.Branches {
+		for k, e := range b.Steps {
+			branch, status := "", ""
+			if k == 0 {
+				branch, status = strconv.Itoa(b.Branch), b.Status
+			}
+			t.row(append([]string{branch, status}, eventCells(e)...)...)
+		}
 	}
 	return t.flush()
+}
+
+// branchList names branches by index, consecutive ones as a range:
+// "0-2, 57, 99997-99999" ("none" for none).
+func branchList(bs []runBranch) string {
+	if len(bs) == 0 {
+		return "none"
+	}
+	var parts []string
+	for i := 0; i < len(bs); {
+		j := i
+		for j+1 < len(bs) && bs[j+1].Branch == bs[j].Branch+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(bs[i].Branch))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", bs[i].Branch, bs[j].Branch))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
 }
 
 // sinceFlag is --since: a duration back from now, or a time.

@@ -2,12 +2,14 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -423,5 +425,59 @@ func TestReplayOfAJoinGivenUpRunsItAgain(t *testing.T) {
 		require.Equal(t, 1, ef.get(run, "reserve"))
 		require.Equal(t, 1, ef.get(run, "book"))
 		require.Equal(t, 1, ef.get(run, "confirm"))
+	})
+}
+
+// TestExternalStepOnABranch: a branch step another service serves, here a
+// plain amqp091-go consumer that follows x-acemq-route and carries the
+// application headers on as any AceMQ follower does: the branch comes back
+// to its fork, and the join gets what the service returned.
+func TestExternalStepOnABranch(t *testing.T) {
+	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		done := make(chan Order, 1)
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", same),
+			dsl.Parallel("fulfil",
+				dsl.Branch(dsl.Step("pick", same), dsl.External("invoice")),
+				dsl.Branch(dsl.Step("book", same)),
+			).Join(func(_ context.Context, o Order, invoiced json.RawMessage, _ Order) (Order, error) {
+				var inv Order
+				if err := json.Unmarshal(invoiced, &inv); err != nil {
+					return o, err
+				}
+				o.ID = inv.ID
+				return o, nil
+			}),
+			dsl.Step("archive", func(_ context.Context, o Order) (Order, error) { done <- o; return o, nil })))
+		fx.work()
+		ch := h.Plain()
+		deliveries, err := ch.Consume(fx.name+".invoice", "", false, false, false, false, nil)
+		require.NoError(t, err)
+		served := make(chan amqp.Table, 1)
+		go func() {
+			d, ok := <-deliveries
+			if !ok {
+				return
+			}
+			var o map[string]any
+			_ = json.Unmarshal(d.Body, &o)
+			o["id"] = o["id"].(string) + "/INV-9"
+			body, _ := json.Marshal(o)
+			headers := d.Headers
+			route := headers["x-acemq-route"].([]any)
+			pos := headers["x-acemq-route-position"].(int64)
+			headers["x-acemq-route-position"] = pos + 1
+			_ = ch.Publish(fx.name, route[pos+1].(string), true, false, amqpPublishing(d.MessageId, d.CorrelationId, body, headers))
+			_ = d.Ack(false)
+			served <- d.Headers
+		}()
+		run := fx.start(Order{ID: "o-9"})
+		got := brokertest.Next(t, done, 15*time.Second)
+		require.Equal(t, "o-9/INV-9", got.ID)
+		headers := brokertest.Next(t, served, time.Second)
+		require.Equal(t, []any{"pick", "invoice", "fulfil"}, headers["x-acemq-route"], "the branch's route ends at its fork")
+		require.Contains(t, headers, engine.HeaderBranch)
+		fx.waitStatus(run, journal.Completed, 10*time.Second)
 	})
 }

@@ -186,7 +186,8 @@ func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) 
 			joinedEvent(&events[i], a.joined)
 		}
 		events = append(slices.Clip(a.extra), events...)
-	case d.branch != nil:
+	case d.branch != nil && a.result != resultArrived:
+		// (An arrival's own event is placed already.)
 		for i := range events {
 			inBranch(&events[i], d.branch, d.pos)
 		}

@@ -210,36 +210,24 @@ func (s *StepDef[In, Out]) stepSpec() (StepSpec, error) {
 	if len(s.errs) > 0 {
 		return spec, s.errs[0]
 	}
-	if spec.Child != nil {
-		// The engine runs the child; its compensation is the step's own.
-		if comp := s.comp; comp != nil {
-			spec.compensate = func(ctx context.Context, decode func(any) error) error {
-				var out Out
-				if err := decode(&out); err != nil {
-					return err
-				}
-				return comp(ctx, out)
+	if comp := s.comp; comp != nil {
+		spec.compensate = func(ctx context.Context, decode func(any) error) error {
+			var out Out
+			if err := decode(&out); err != nil {
+				return err
 			}
+			return comp(ctx, out)
 		}
-		return spec, nil
 	}
-	if !spec.External {
-		fn, comp := s.fn, s.comp
+	// The engine runs a Child step's child, and another service an
+	// External step.
+	if fn := s.fn; fn != nil && spec.Child == nil && !spec.External {
 		spec.run = func(ctx context.Context, decode func(any) error) (any, error) {
 			var in In
 			if err := decode(&in); err != nil {
 				return nil, err
 			}
 			return fn(ctx, in)
-		}
-		if comp != nil {
-			spec.compensate = func(ctx context.Context, decode func(any) error) error {
-				var out Out
-				if err := decode(&out); err != nil {
-					return err
-				}
-				return comp(ctx, out)
-			}
 		}
 	}
 	return spec, nil

@@ -36,6 +36,7 @@ const (
 	exprBool exprKind = iota
 	exprTime
 	exprString
+	exprList
 )
 
 // compileExpr compiles src against payloads of type t (nil: there is no
@@ -65,6 +66,8 @@ func compileExpr(src string, t reflect.Type, kind exprKind, vars ...map[string]a
 			want = "a bool"
 		case exprString:
 			want = "a string or a number"
+		case exprList:
+			want = "a list"
 		}
 		return nil, fmt.Errorf("%q gives %s, want %s (column %d)", src, out, want, p.Node().Location().From+1)
 	}
@@ -92,6 +95,8 @@ func exprResultFits(out reflect.Type, kind exprKind) bool {
 		return out.Kind() == reflect.Bool
 	case exprTime:
 		return out == reflect.TypeOf(time.Time{}) || out.Kind() == reflect.String
+	case exprList:
+		return out.Kind() == reflect.Slice || out.Kind() == reflect.Array
 	case exprString:
 		switch out.Kind() {
 		case reflect.String, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,

@@ -2,6 +2,7 @@ package dsl
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -154,6 +155,35 @@ func ForEach[In, Item, Out, J any](name string, items func(context.Context, In) 
 		return join(ctx, in, outs)
 	}
 	return d
+}
+
+// ForEachExpr is ForEach with the items taken from the payload by an
+// expr-lang expression (payload.lines), compiled against In when the flow
+// is built: one that does not compile, or gives something other than a
+// list, is a build error giving its column. Each element of the list is
+// read as an Item through its JSON form.
+func ForEachExpr[In, Item, Out, J any](name, items string, step *StepDef[Item, Out], join func(ctx context.Context, in In, outs []Out) (J, error)) *ForEachDef {
+	e, err := compileExpr(items, reflect.TypeFor[In](), exprList)
+	if err != nil {
+		d := ForEach[In, Item, Out, J](name, func(context.Context, In) ([]Item, error) { return nil, nil }, step, join)
+		d.errs = append([]error{fmt.Errorf("items %w", err)}, d.errs...)
+		return d
+	}
+	return ForEach(name, func(_ context.Context, in In) ([]Item, error) {
+		v, err := e.eval(in)
+		if err != nil {
+			return nil, fmt.Errorf("items %q: %w", items, err)
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("items %q: %w", items, err)
+		}
+		var out []Item
+		if err := json.Unmarshal(b, &out); err != nil {
+			return nil, fmt.Errorf("items %q: read as %s: %w", items, reflect.TypeFor[[]Item](), err)
+		}
+		return out, nil
+	}, step, join)
 }
 
 // Concurrency sets how many items of one run are in flight at once

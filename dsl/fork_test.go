@@ -92,6 +92,28 @@ func TestChildBuilds(t *testing.T) {
 	require.Equal(t, reflect.TypeFor[Shipment](), c.Out)
 }
 
+// ForEachExpr takes the items by an expression over the payload, checked
+// when the flow is built.
+func TestForEachExpr(t *testing.T) {
+	t.Parallel()
+	f := dsl.Flow("f", dsl.ForEachExpr("each", "filter(payload.items, .qty > 1)", dsl.Step("pick", pick), total))
+	require.NoError(t, f.Err())
+	its, err := f.Steps()[0].Fork.Items(context.Background(),
+		func(v any) error {
+			return json.Unmarshal([]byte(`{"items":[{"sku":"a","qty":2},{"sku":"b","qty":1},{"sku":"c","qty":3}]}`), v)
+		}, json.Marshal)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte(`{"sku":"a","qty":2}`), []byte(`{"sku":"c","qty":3}`)}, its)
+	for src, want := range map[string]string{
+		"payload.itemz":        `flow "f": step "each": items "payload.itemz": type dsl_test.Order has no field itemz (column 9)`,
+		"payload.amount_cents": `gives int, want a list (column 9)`,
+	} {
+		err := dsl.Flow("f", dsl.ForEachExpr("each", src, dsl.Step("pick", pick), total)).Err()
+		require.ErrorIs(t, err, dsl.ErrInvalidFlow)
+		require.ErrorContains(t, err, want)
+	}
+}
+
 // What a fork cannot be is refused when the flow is built, naming it.
 func TestForkBuildErrors(t *testing.T) {
 	t.Parallel()

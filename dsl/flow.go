@@ -159,11 +159,8 @@ func (f *FlowDef) check() error {
 		if s.Fork == nil {
 			continue
 		}
-		switch {
-		case f.itinerary != nil:
+		if f.itinerary != nil {
 			return f.fail(s.Name, "a Parallel or ForEach in a flow with an Itinerary: a routing slip has no branches")
-		case f.hold > 0:
-			return f.fail(s.Name, "a Parallel or ForEach in a flow with HoldForReplay: a held branch cannot be replayed on its own yet, so such a flow compensates at once")
 		}
 	}
 	if f.itinerary != nil {

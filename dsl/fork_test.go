@@ -149,8 +149,6 @@ func TestForkBuildErrors(t *testing.T) {
 			dsl.Branch(dsl.External("ext"), dsl.Step("a", pass).When("payload.digital")),
 			dsl.Branch(dsl.Step("book", ship))).Join(func(context.Context, Order, Order, Shipment) (Order, error) { return Order{}, nil })),
 			`flow "f": step "a": a When or a delay after External step "ext"`},
-		{"with HoldForReplay", dsl.Flow("f", two(dsl.Step("a", pass)).Join(joinTwo), dsl.HoldForReplay(time.Hour)),
-			`flow "f": step "p": a Parallel or ForEach in a flow with HoldForReplay`},
 		{"with an Itinerary", dsl.Flow("f", dsl.Step("a", pass), dsl.ForEach("e", items, dsl.Step("pick", pick), total),
 			dsl.Itinerary(func(context.Context, Order) ([]string, error) { return nil, nil })),
 			`a Parallel or ForEach in a flow with an Itinerary`},

@@ -41,6 +41,8 @@ type delivery struct {
 	// (acemq-flow-child).
 	parent *parentRef
 	child  *childResult
+	// hold is on the timer of a held branch (acemq-flow-hold).
+	hold *holdRef
 	// err says why the message cannot be a run's at all (its run id,
 	// route or state unreadable): it is given up as it is.
 	err error
@@ -78,6 +80,12 @@ func readStep(m *broker.Message) delivery {
 		d.err = err
 	} else if found {
 		d.child = &c
+	}
+	var hr holdRef
+	if found, err := readJSONHeader(m.Headers, HeaderHold, &hr); err != nil {
+		d.err = err
+	} else if found {
+		d.hold = &hr
 	}
 	return d
 }

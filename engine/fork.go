@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -48,6 +49,25 @@ func (f *flow) forkOf(step string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// branchDeadLetters are the dead-letter queues of the steps on the
+// branches of fork, but step's.
+func (f *flow) branchDeadLetters(fork, step string) []string {
+	var out []string
+	for _, s := range f.def.Steps() {
+		if s.Name != fork || s.Fork == nil {
+			continue
+		}
+		for _, b := range s.Fork.Branches {
+			for _, bs := range b {
+				if bs.Name != step && !bs.External {
+					out = append(out, f.queue(bs.Name)+broker.DeadLetterSuffix)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // joinKey is what a fork's join is kept under in the journal, for one run.
@@ -175,6 +195,9 @@ func (f *flow) decodeAs(t reflect.Type, body []byte) (any, error) {
 // once a branch was given up, what the arrived branches did compensated.
 func (r *stepRunner) arrive(ctx context.Context, a *stepAttempt) broker.Ack {
 	d := &a.d
+	if d.hold != nil {
+		return r.holdEnded(ctx, a)
+	}
 	ref := *d.branch
 	entries, err := json.Marshal(d.state)
 	if err != nil {
@@ -494,6 +517,9 @@ func joinedEvent(e *journal.Event, b *branchRef) {
 func (r *stepRunner) branchGivenUp(ctx context.Context, a *stepAttempt, st runState, serr error, reject bool) broker.Ack {
 	m := a.d.m
 	ref := *a.d.branch
+	if r.f.hold > 0 && a.expect != broker.OutcomeLabelParked {
+		return r.holdBranch(ctx, a, st, serr, reject)
+	}
 	if err := r.e.branchGivenUp(ctx, r.f, m, ref, st, r.spec.Name, serr.Error()); err != nil {
 		r.e.log.Warn("a branch's failure could not be carried out; the failed step will be tried again",
 			"flow", r.f.name, "run_id", m.RunID, "error", err)
@@ -516,4 +542,63 @@ func (r *stepRunner) branchGivenUp(ctx context.Context, a *stepAttempt, st runSt
 		return broker.Reject(serr)
 	}
 	return broker.Retry(serr)
+}
+
+// holdBranch holds a branch given up in a flow with HoldForReplay: its
+// message goes to the step's dead-letter queue for a replay, the other
+// branches go on, and a timer on the ladder comes back to the fork's
+// queue when the hold ends (holdEnded). st is what the branch has to
+// compensate.
+func (r *stepRunner) holdBranch(ctx context.Context, a *stepAttempt, st runState, serr error, reject bool) broker.Ack {
+	d := &a.d
+	until := r.e.now().Add(r.f.hold)
+	timer, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.route, len(d.route)-1, json.RawMessage(d.m.Body), st, nil)
+	if err == nil {
+		var h string
+		if h, err = jsonHeader(holdRef{Step: r.spec.Name, Replays: d.replays}); err == nil {
+			headers := timer.Message.Headers.Clone()
+			headers[HeaderHold] = h
+			timer.Message.Headers = headers
+			timer.Message.MessageID = fmt.Sprintf("%s/hold/%s/%d/%d", d.m.RunID, d.branch.Join, d.branch.Branch, d.replays)
+			err = r.e.conn.Schedule(ctx, until, timer)
+		}
+	}
+	if err != nil {
+		r.e.log.Warn("a branch could not be held for replay; the failed step will be tried again",
+			"flow", r.f.name, "run_id", d.m.RunID, "error", err)
+		a.result, a.expect = resultBusy, ""
+		return broker.InProgress(r.e.cfg.InProgressDelay)
+	}
+	a.compensation, a.holdUntil = compensationHeld, until
+	if reject {
+		return broker.Reject(serr)
+	}
+	return broker.Retry(serr)
+}
+
+// holdEnded is the timer of a held branch: a run replayed since (or
+// cancelled) drops it; otherwise the branch is given up for good, as a
+// branch of a flow without a hold is: the join fails, the other branches
+// stop at their next step, and what the branch completed is undone.
+func (r *stepRunner) holdEnded(ctx context.Context, a *stepAttempt) broker.Ack {
+	d := &a.d
+	run, err := r.e.journal.Run(ctx, d.m.RunID)
+	switch {
+	case err != nil && !errors.Is(err, journal.ErrRunNotFound):
+		return broker.Retry(fmt.Errorf("look up run %s at the end of its branch's hold: %w", d.m.RunID, err))
+	case err == nil && (run.Replays > d.hold.Replays || run.Status == journal.Cancelled):
+		a.result = resultHoldDropped
+		return broker.Accept()
+	}
+	why := branchStopped
+	if err == nil && run.Error != "" {
+		why = run.Error
+	}
+	// The failed message no longer waits for a person.
+	r.tidy(r.f.queue(d.hold.Step)+broker.DeadLetterSuffix, d.m.RunID)
+	if err := r.e.branchGivenUp(ctx, r.f, d.m, *d.branch, d.state, d.hold.Step, why); err != nil {
+		return broker.Retry(err)
+	}
+	a.result = resultHoldEnded
+	return broker.Accept()
 }

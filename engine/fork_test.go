@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -479,5 +480,70 @@ func TestExternalStepOnABranch(t *testing.T) {
 		require.Equal(t, []any{"pick", "invoice", "fulfil"}, headers["x-acemq-route"], "the branch's route ends at its fork")
 		require.Contains(t, headers, engine.HeaderBranch)
 		fx.waitStatus(run, journal.Completed, 10*time.Second)
+	})
+}
+
+// TestHeldBranchIsReplayedOnItsOwn: in a flow with HoldForReplay, a branch
+// given up holds the run for a replay while the other branch goes on and
+// comes back; a replay runs only the failed branch's step again, and the
+// join fires once. Without a replay, the hold's end undoes the branch,
+// fails the join and compensates what every branch and the steps before
+// the fork did.
+func TestHeldBranchIsReplayedOnItsOwn(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		undo := func(name string) func(context.Context, Order) error {
+			return func(ctx context.Context, o Order) error {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "undo-"+name)
+				return nil
+			}
+		}
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", appendStep(ef, "charge")).Compensate(undo("charge")),
+			dsl.Parallel("fulfil",
+				dsl.Branch(dsl.Step("reserve", appendStep(ef, "reserve")).Compensate(undo("reserve"))),
+				dsl.Branch(dsl.Step("book", func(ctx context.Context, o Order) (Order, error) {
+					m, _ := broker.Handling(ctx)
+					if ef.add(m.RunID, "book") == 1 {
+						return o, broker.Fatal(errors.New("depot closed"))
+					}
+					return o, nil
+				})),
+			).Join(func(ctx context.Context, o Order, a, b Order) (Order, error) {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "join")
+				return o, nil
+			}),
+			dsl.HoldForReplay(2*time.Second)))
+		fx.work()
+
+		run := fx.start(Order{ID: "o-8"})
+		r := fx.waitStatus(run, journal.Failed, 15*time.Second)
+		require.Contains(t, r.Error, "depot closed")
+		require.Eventually(t, func() bool { return slices.Contains(fx.outcomes(run), "step:fulfil:branch 0 arrived") },
+			10*time.Second, 10*time.Millisecond, "the other branch went on and came back")
+		moved, err := fx.eng.Replay(brokertest.Ctx(t), run)
+		require.NoError(t, err)
+		require.Equal(t, fx.name+".book.dlq", moved.From)
+		fx.waitStatus(run, journal.Completed, 15*time.Second)
+		require.Equal(t, 2, ef.get(run, "book"), "the failed branch ran again")
+		require.Equal(t, 1, ef.get(run, "reserve"), "the other did not")
+		require.Equal(t, 1, ef.get(run, "charge"))
+		require.Equal(t, 1, ef.get(run, "join"))
+		require.Eventually(t, func() bool {
+			return slices.Contains(fx.outcomes(run), "step:fulfil:hold ended: not needed, the run was replayed or cancelled meanwhile")
+		}, 10*time.Second, 20*time.Millisecond, "the hold's timer was dropped")
+		require.Zero(t, ef.get(run, "undo-reserve"))
+
+		held := fx.start(Order{ID: "o-9"})
+		r = fx.waitStatus(held, journal.Compensated, 20*time.Second)
+		require.Contains(t, r.Error, "depot closed")
+		require.Equal(t, 1, ef.get(held, "undo-reserve"))
+		require.Equal(t, 1, ef.get(held, "undo-charge"))
+		require.Zero(t, ef.get(held, "join"))
+		require.Eventually(t, func() bool { return h.Depth(fx.name+".book"+broker.DeadLetterSuffix) == 0 },
+			10*time.Second, 20*time.Millisecond, "the held message left the dead-letter queue (the worker's tidier takes it out)")
 	})
 }

@@ -46,7 +46,18 @@ const (
 	// child run is over: the child's run id, whether it completed, its
 	// error, and which attempt of the parent's step it was.
 	HeaderChild = "acemq-flow-child"
+	// HeaderHold is on the timer of a branch given up in a flow with
+	// HoldForReplay, sent to the fork's queue for when the hold ends: the
+	// step that failed and the run's replay count then. A run replayed
+	// since drops it; otherwise the branch is undone and its join fails.
+	HeaderHold = "acemq-flow-hold"
 )
+
+// holdRef is the acemq-flow-hold header.
+type holdRef struct {
+	Step    string `json:"step"`
+	Replays int    `json:"replays"`
+}
 
 // parentRef is the acemq-flow-parent header.
 type parentRef struct {

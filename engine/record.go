@@ -219,6 +219,13 @@ func (r *stepRunner) accepted(a *stepAttempt, base journal.Event, now time.Time)
 	case resultStopped:
 		base.Outcome = "stopped: another branch was given up"
 		return []journal.Event{base}
+	case resultHoldEnded, resultHoldDropped:
+		base.Outcome, base.Status = "hold ended: the branch is undone and the run compensated", ""
+		if a.result == resultHoldDropped {
+			base.Outcome = "hold ended: not needed, the run was replayed or cancelled meanwhile"
+		}
+		base.Key = fmt.Sprintf("hold/%s/%d/%d", d.branch.Join, d.branch.Branch, d.hold.Replays)
+		return []journal.Event{base}
 	case resultChildStarted:
 		base.Outcome = "started child run " + a.child
 		base.Key = fmt.Sprintf("child/%s/%d", d.at(), d.m.Attempt)

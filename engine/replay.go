@@ -53,11 +53,15 @@ func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
 		return Moved{RunID: runID, Flow: run.Flow}, fmt.Errorf("%w: run %s was parked in %s: its message could not be read, and replaying it cannot help",
 			ErrNotReplayable, runID, run.DeadLetter)
 	}
+	var siblings []string
 	if known {
 		if f, ferr := e.flow(run.Flow); ferr == nil {
 			if fork, ok := f.forkOf(run.Step); ok {
-				return Moved{RunID: runID, Flow: run.Flow}, fmt.Errorf("%w: run %s failed at step %q, on a branch of %q, whose join has failed: a branch cannot be replayed on its own yet; compensate the run instead",
-					ErrNotReplayable, runID, run.Step, fork)
+				if f.hold <= 0 {
+					return Moved{RunID: runID, Flow: run.Flow}, fmt.Errorf("%w: run %s failed at step %q, on a branch of %q, whose join has failed (flow %q has no HoldForReplay); compensate the run instead",
+						ErrNotReplayable, runID, run.Step, fork, f.name)
+				}
+				siblings = f.branchDeadLetters(fork, run.Step)
 			}
 		}
 	}
@@ -67,6 +71,15 @@ func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
 	}
 	if err != nil {
 		return moved, err
+	}
+	for _, q := range siblings {
+		// Every branch held with it is replayed with it: their timers
+		// are dropped once the run's replay count has gone up.
+		n, err := patterns.Replay(ctx, e.conn, q, patterns.ReplayFilter(func(env broker.Envelope, _ []byte) bool { return env.RunID == runID }))
+		if err != nil && !notFound(err) {
+			return moved, fmt.Errorf("replay run %s's other held branches from %s: %w", runID, q, err)
+		}
+		moved.Messages += n.Moved
 	}
 	moved.To = strings.TrimSuffix(moved.From, broker.DeadLetterSuffix)
 	n := run.Replays + 1

@@ -40,6 +40,8 @@ const (
 	resultArrived                        // a branch came back to its fork, which waits for others
 	resultStopped                        // a branch stopped: another was given up
 	resultChildStarted                   // a Child step started its child run, and waits for it
+	resultHoldEnded                      // a held branch's hold ended: it is undone, its join failed
+	resultHoldDropped                    // a held branch's timer, after its run was replayed or cancelled
 )
 
 // stepRunner works one step's queue.
@@ -159,7 +161,7 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 func (a *stepAttempt) accepting() bool {
 	switch a.result {
 	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled, resultCompensating,
-		resultForked, resultArrived, resultStopped, resultChildStarted:
+		resultForked, resultArrived, resultStopped, resultChildStarted, resultHoldEnded, resultHoldDropped:
 		return true
 	}
 	return false

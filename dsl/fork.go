@@ -60,6 +60,7 @@ type ParallelDef struct {
 	name     string
 	branches []*BranchDef
 	joinFn   any
+	when     string
 }
 
 // Parallel describes branches that run side by side on the payload that
@@ -81,6 +82,14 @@ func Parallel(name string, branches ...*BranchDef) *ParallelDef {
 // whose parameters do not fit what the branches return.
 func (p *ParallelDef) Join(fn any) *ParallelDef {
 	p.joinFn = fn
+	return p
+}
+
+// When runs the Parallel only for runs whose payload makes cond true (an
+// expr-lang expression, as a step's When); the others skip it and go on
+// with the payload unchanged, so its join must return what it takes.
+func (p *ParallelDef) When(cond string) *ParallelDef {
+	p.when = cond
 	return p
 }
 
@@ -214,7 +223,7 @@ var (
 // stepSpec builds the Parallel's spec: its branches' steps, checked as a
 // flow's are, and its join, whose parameters must fit what they return.
 func (p *ParallelDef) stepSpec() (StepSpec, error) {
-	spec := StepSpec{Name: p.name}
+	spec := StepSpec{Name: p.name, whenSrc: p.when}
 	if len(p.branches) < 2 {
 		return spec, fmt.Errorf("a Parallel of %d branches, want at least 2", len(p.branches))
 	}

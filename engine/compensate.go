@@ -375,7 +375,7 @@ func (n *nowRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	if d.err != nil {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensate now: %w", n.f.name, d.err))).With(compMalformed)
 	}
-	if len(d.state.Compensate) == 0 {
+	if len(d.state.Compensate) == 0 && d.branch == nil {
 		return broker.Accept().With(compNothing)
 	}
 	// Moving the message here stamped it as a replay; the run's own count
@@ -387,6 +387,15 @@ func (n *nowRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	reason := "compensated on request"
 	if run, err := n.e.journal.Run(ctx, m.RunID); err == nil && run.Error != "" {
 		reason = run.Error
+	}
+	if d.branch != nil {
+		// A branch held for replay: compensated now as its hold's end
+		// would be, the join failed and every branch and what came before
+		// undone.
+		if err := n.e.branchGivenUp(ctx, n.f, &moved, *d.branch, d.state, d.step(), reason); err != nil {
+			return broker.Retry(err).With(compBusy)
+		}
+		return broker.Accept().With(compStarted)
 	}
 	kind, _, err := n.e.startCompensation(ctx, n.f, &moved, d.state, nil, d.step(), reason, 0)
 	switch {

@@ -475,7 +475,8 @@ func (r *stepRunner) arrivalEvent(a *stepAttempt, ref branchRef, dec journal.Dec
 	}
 	return journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: r.spec.Name, Outcome: outcome,
 		StartedAt: now, EndedAt: now, Queue: r.queue, Replays: a.d.replays,
-		Seq: journal.Seq(a.d.replays, ref.At+1, 0xffffe, 3), Key: fmt.Sprintf("arrived/%s/%d", ref.Join, ref.Branch)}
+		// After every branch's steps (inBranch), before the join.
+		Seq: journal.Seq(a.d.replays, ref.At+1, 0xfd000|ref.Branch&0xfff, 3), Key: fmt.Sprintf("arrived/%s/%d", ref.Join, ref.Branch)}
 }
 
 // forkOutcome is the outcome a fork records when it takes a run in.
@@ -492,22 +493,27 @@ func forkOutcome(fk *dsl.ForkSpec, st journal.JoinStatus) string {
 // branches are).
 func inBranch(e *journal.Event, b *branchRef, pos int) {
 	e.Key = fmt.Sprintf("branch/%s/%d/%s", b.Join, b.Branch, e.Key)
-	// Within the fork's stage, a branch's steps in their order: the
-	// position on the branch above the attempt (which stays below 1,024).
+	// Within the fork's stage, the branches' steps by their position on
+	// the branch, then by branch (the first 16 apart), then attempt (which
+	// stays below 1,024): a timeline reads the same every time.
 	replays, attempt, phase := e.Seq>>48, e.Seq>>4&0xfffff, e.Seq&0xf
-	e.Seq = journal.Seq(int(replays), b.At+1, (pos+1)<<10|int(min(attempt, 0x3ff)), int(phase))
+	e.Seq = journal.Seq(int(replays), b.At+1, min(pos+1, 62)<<14|(b.Branch&0xf)<<10|int(min(attempt, 0x3ff)), int(phase))
 	if e.Status == journal.Running || e.Status == journal.Waiting {
 		e.Status = ""
 	}
 }
 
 // joinedEvent places e, an event of the delivery that fired a join, in its
-// run: after every branch's events at the fork's stage, under the join's
-// key.
+// run: under the join's key, and at the fork's stage after every branch's
+// events.
 func joinedEvent(e *journal.Event, b *branchRef) {
 	e.Key = fmt.Sprintf("join/%s/%s", b.Join, e.Key)
-	const attemptBits = int64(0xfffff) << 4
-	e.Seq = e.Seq | attemptBits
+	// Only what happens at the fork's stage; what the hop leads to (a
+	// delay, a hand-off, skips) keeps its own place.
+	if stage := int(e.Seq >> 24 & 0xffffff); stage == b.At+1 {
+		const attemptBits = int64(0xfffff) << 4
+		e.Seq |= attemptBits
+	}
 }
 
 // branchGivenUp gives up a step on a branch: the fork's join fails and

@@ -545,5 +545,40 @@ func TestHeldBranchIsReplayedOnItsOwn(t *testing.T) {
 		require.Zero(t, ef.get(held, "join"))
 		require.Eventually(t, func() bool { return h.Depth(fx.name+".book"+broker.DeadLetterSuffix) == 0 },
 			10*time.Second, 20*time.Millisecond, "the held message left the dead-letter queue (the worker's tidier takes it out)")
+
+		// Compensated on request instead, while held: the same undoing.
+		asked := fx.start(Order{ID: "o-10"})
+		fx.waitStatus(asked, journal.Failed, 15*time.Second)
+		require.Eventually(t, func() bool { return slices.Contains(fx.outcomes(asked), "step:fulfil:branch 0 arrived") },
+			10*time.Second, 10*time.Millisecond)
+		moved, err = fx.eng.Compensate(brokertest.Ctx(t), asked)
+		require.NoError(t, err)
+		require.Equal(t, fx.name+".book.dlq", moved.From)
+		fx.waitStatus(asked, journal.Compensated, 15*time.Second)
+		require.Equal(t, 1, ef.get(asked, "undo-reserve"))
+		require.Equal(t, 1, ef.get(asked, "undo-charge"))
+	})
+}
+
+// TestDelayAfterAJoin: a delay before the step after a fork holds the run
+// after the join, and the run completes once the step has run: the
+// waiting the join recorded does not outrank what follows.
+func TestDelayAfterAJoin(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name,
+			dsl.Parallel("fulfil",
+				dsl.Branch(dsl.Step("reserve", appendStep(ef, "reserve"))),
+				dsl.Branch(dsl.Step("book", appendStep(ef, "book"))),
+			).Join(func(ctx context.Context, o Order, a, b Order) (Order, error) { return o, nil }),
+			dsl.Delay(time.Second),
+			dsl.Step("ship", appendStep(ef, "ship"))))
+		fx.work()
+		run := fx.start(Order{ID: "o-10"})
+		fx.waitStatus(run, journal.Completed, 15*time.Second)
+		require.Equal(t, 1, ef.get(run, "ship"))
+		out := fx.outcomes(run)
+		require.Equal(t, []string{"step:fulfil:completed", "delay:ship:waiting", "step:ship:completed"}, out[len(out)-3:])
 	})
 }

@@ -120,7 +120,7 @@ func demoRuns(now time.Time) []demoRun {
 }
 
 // undoes says what each compensation of place-order does, for a person.
-var undoes = map[string]string{"charge": "the payment refunded", "reserve": "the booking cancelled and the stock released"}
+var undoes = map[string]string{"charge": "the payment refunded", "reserve-stock": "the stock released", "book-courier": "the booking cancelled"}
 
 // Run runs four orders through place-order (named Flow, on the stand-in
 // services) with an in-memory journal, and writes each run's timeline, as
@@ -332,10 +332,20 @@ func (d *demo) printf(format string, args ...any) { d.out.printf(format, args...
 func (d *demo) outline() string {
 	var parts []string
 	for _, s := range d.info.Steps {
+		if s.OnFork != "" {
+			continue
+		}
 		if s.DelayUntil != "" {
 			parts = append(parts, "(wait until "+s.DelayUntil+")")
 		}
 		p := s.Name
+		if s.Fork != nil {
+			var branches []string
+			for _, b := range s.Fork.Branches {
+				branches = append(branches, strings.Join(b, " → "))
+			}
+			p += " [" + strings.Join(branches, " ∥ ") + "]"
+		}
 		if s.When != "" {
 			p += " (when " + s.When + ")"
 		}
@@ -358,7 +368,8 @@ func (d *demo) follow(ctx context.Context, n int, r demoRun, runID string) (jour
 	if err != nil {
 		return "", fmt.Errorf("demo: run %d (%s) did not end: %w", n, runID, err)
 	}
-	shown, err := d.timeline(ctx, runID, 0)
+	shown := map[string]bool{}
+	err = d.timeline(ctx, runID, shown)
 	if err != nil {
 		return "", err
 	}
@@ -377,12 +388,12 @@ func (d *demo) follow(ctx context.Context, n int, r demoRun, runID string) (jour
 		run, err = d.j.wait(ctx, runID, func(r journal.Run, tl []journal.Event) bool {
 			return r.Status != journal.Failed && d.ended(r, tl) && slices.ContainsFunc(tl, func(e journal.Event) bool {
 				return e.Kind == journal.KindCompensation && e.Step == ""
-			})
+			}) && d.undone(tl)
 		})
 		if err != nil {
 			return "", fmt.Errorf("demo: run %d (%s) was not compensated: %w", n, runID, err)
 		}
-		if _, err := d.timeline(ctx, runID, shown); err != nil {
+		if err := d.timeline(ctx, runID, shown); err != nil {
 			return "", err
 		}
 	}
@@ -406,10 +417,17 @@ func (d *demo) ended(r journal.Run, tl []journal.Event) bool {
 	if !r.Status.Stopped() {
 		return false
 	}
+	if r.Status == journal.Failed {
+		return d.branchesSettled(tl)
+	}
 	if r.Status != journal.Completed {
 		return true
 	}
 	for _, s := range d.info.Steps {
+		if s.OnFork != "" {
+			// A branch's steps are in before its fork completes.
+			continue
+		}
 		if !slices.ContainsFunc(tl, func(e journal.Event) bool {
 			return e.Step == s.Name && (e.Kind == journal.KindSkip || e.Kind == journal.KindStep && e.Outcome == "completed")
 		}) {
@@ -419,22 +437,67 @@ func (d *demo) ended(r journal.Run, tl []journal.Event) bool {
 	return true
 }
 
-// timeline prints the run's timeline from its from-th event on, and says
-// how many events it has.
-func (d *demo) timeline(ctx context.Context, runID string, from int) (int, error) {
+// undone reports whether the timeline has a compensation for every
+// compensable step it completed: a compensation records as it hands the
+// run to the next, so the last can be in before the one before it.
+func (d *demo) undone(tl []journal.Event) bool {
+	done, undone := 0, 0
+	for _, e := range tl {
+		switch {
+		case e.Kind == journal.KindStep && e.Outcome == "completed" && d.step(e.Step).Compensation != "":
+			done++
+		case e.Kind == journal.KindCompensation && e.Step != "" && e.Outcome == "compensated":
+			undone++
+		}
+	}
+	return undone >= done
+}
+
+// branchesSettled reports whether every branch of every fork the run
+// reached has come back or failed, so that a failed run's timeline reads
+// the same every time.
+func (d *demo) branchesSettled(tl []journal.Event) bool {
+	for _, s := range d.info.Steps {
+		if s.Fork == nil || !slices.ContainsFunc(tl, func(e journal.Event) bool { return e.Step == s.Name }) {
+			continue
+		}
+		settled := 0
+		for _, e := range tl {
+			switch {
+			case e.Step == s.Name && strings.HasSuffix(e.Outcome, " arrived"):
+				settled++
+			case e.Kind == journal.KindStep && e.Outcome == "failed" && d.step(e.Step).OnFork == s.Name:
+				settled++
+			}
+		}
+		if settled < len(s.Fork.Branches) {
+			return false
+		}
+	}
+	return true
+}
+
+// timeline prints the events of the run's timeline not in shown yet, and
+// adds them to it. (Branches record side by side, so an event can land
+// before one already printed.)
+func (d *demo) timeline(ctx context.Context, runID string, shown map[string]bool) error {
 	tl, err := d.j.Timeline(ctx, runID)
 	if err != nil {
-		return 0, fmt.Errorf("demo: timeline of %s: %w", runID, err)
+		return fmt.Errorf("demo: timeline of %s: %w", runID, err)
 	}
 	if len(tl) == 0 {
-		return 0, nil
+		return nil
 	}
 	start := tl[0].StartedAt
-	for _, e := range tl[from:] {
+	for _, e := range tl {
+		if shown[e.Key] {
+			continue
+		}
+		shown[e.Key] = true
 		label, text := d.describe(e)
 		d.printf("    %7s  %-10s %s\n", "+"+seconds(e.EndedAt.Sub(start)), label, text)
 	}
-	return len(tl), nil
+	return nil
 }
 
 // describe says what an event of the timeline was, for a person: a label
@@ -484,6 +547,10 @@ func (d *demo) describe(e journal.Event) (string, string) {
 			return e.Step, fmt.Sprintf("attempt %d failed, given up: %s", e.Attempt, errText)
 		case "parked":
 			return e.Step, fmt.Sprintf("attempt %d: the message could not be read, parked: %s", e.Attempt, errText)
+		}
+		if s := d.step(e.Step); s.Fork != nil {
+			// The fork's own events: forked, a branch back.
+			return e.Step, e.Outcome
 		}
 	}
 	return e.Step, string(e.Kind) + " " + e.Outcome

@@ -19,7 +19,7 @@ import (
 // demoOutput is what the demo prints, its run ids, clock times and
 // durations replaced (normalize).
 const demoOutput = `acemq-flow demo: four orders through the place-order flow, on the embedded in-process broker
-flow FLOW: validate → charge → reserve (when payload.digital == false) → (wait until payload.ship_at) → ship (when payload.digital == false)
+flow FLOW: validate → charge → reserve [reserve-stock ∥ book-courier] (when payload.digital == false) → (wait until payload.ship_at) → ship (when payload.digital == false)
 each run's timeline is read back from the run journal; times are since the run started
 
 run 1: an order that goes straight through
@@ -27,6 +27,11 @@ run 1: an order that goes straight through
     +T  start      the run starts
     +T  validate   completed
     +T  charge     completed
+    +T  reserve    forked: 2 branches
+    +T  reserve-stock completed
+    +T  book-courier completed
+    +T  reserve    branch 0 arrived
+    +T  reserve    branch 1 arrived
     +T  reserve    completed
     +T  ship       completed
   → completed after T
@@ -46,11 +51,15 @@ run 3: the courier does not deliver to Atlantis, after the card was charged
     +T  start      the run starts
     +T  validate   completed
     +T  charge     completed
-    +T  reserve    attempt 1 failed, given up: saga reserve failed at "book-courier": book a courier: fatal: courier: no deliveries to "1 Coral Way, Atlantis"; undone: reserve-stock
+    +T  reserve    forked: 2 branches
+    +T  reserve-stock completed
+    +T  book-courier attempt 1 failed, given up: book a courier: fatal: courier: no deliveries to "1 Coral Way, Atlantis"
+    +T  reserve    branch 0 arrived
   the run is failed, held for a replay until HH:MM:SS, then compensated; an operator replays it or compensates it now, as the demo does:
     $ acemq-flow compensate RUN
-    its message moved from FLOW.reserve.dlq to FLOW.compensate, where a worker starts the compensations
+    its message moved from FLOW.book-courier.dlq to FLOW.compensate, where a worker starts the compensations
     +T  compensate started on request
+    +T  reserve-stock compensated: the stock released
     +T  charge     compensated: the payment refunded
   → compensated after T
 
@@ -59,6 +68,11 @@ run 4: an order to ship at HH:MM:SS, a few seconds after it is placed
     +T  start      the run starts
     +T  validate   completed
     +T  charge     completed
+    +T  reserve    forked: 2 branches
+    +T  reserve-stock completed
+    +T  book-courier completed
+    +T  reserve    branch 0 arrived
+    +T  reserve    branch 1 arrived
     +T  reserve    completed
     +T  ship       waits on the scheduler ladder until HH:MM:SS (payload.ship_at)
     +T  ship       completed

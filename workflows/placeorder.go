@@ -9,7 +9,6 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
-	"github.com/acemq/acemq-flow/steps"
 )
 
 // PlaceOrderName is the name of the shipped place-order flow: its exchange
@@ -109,9 +108,9 @@ type Services struct {
 //
 //	validate  check the order (a bad one is given up at once)
 //	charge    charge the card; compensated by a refund; 3 attempts, 1 s doubling
-//	reserve   one step, an in-process saga: reserve the stock (undone by
-//	          releasing it), book the courier; physical orders only;
-//	          compensated by cancelling the booking and releasing the stock
+//	reserve   physical orders only: two branches side by side, joined
+//	          ├─ reserve-stock  hold the stock; compensated by releasing it
+//	          └─ book-courier   book the pick-up; compensated by cancelling it
 //	          (wait until payload.ship_at, when it is ahead)
 //	ship      hand the parcel to the courier; physical orders only; 4 attempts,
 //	          1 s doubling
@@ -122,25 +121,25 @@ type Services struct {
 func NewPlaceOrder(name string, s Services) *dsl.FlowDef {
 	p := placeOrder{s}
 	var (
-		charge, reserve, ship func(context.Context, Order) (Order, error)
-		refund, unreserve     func(context.Context, Order) error
+		charge, reserveStock, book, ship func(context.Context, Order) (Order, error)
+		refund, releaseStock, cancel     func(context.Context, Order) error
 	)
 	if s.Payments != nil {
 		charge, refund = p.charge, p.refund
 	}
-	if s.Inventory != nil && s.Courier != nil {
-		reserve = steps.Saga("reserve",
-			steps.Do("reserve-stock", p.reserveStock).Undo(p.releaseStock),
-			steps.Do("book-courier", p.book))
-		unreserve = p.unreserve
+	if s.Inventory != nil {
+		reserveStock, releaseStock = p.reserveStock, p.releaseStock
 	}
 	if s.Courier != nil {
-		ship = p.ship
+		book, cancel, ship = p.book, p.cancel, p.ship
 	}
 	return dsl.Flow(name,
 		dsl.Step("validate", validate),
 		dsl.Step("charge", charge).Compensate(refund).Retry(chargeRetry),
-		dsl.Step("reserve", reserve).When(`payload.digital == false`).Compensate(unreserve),
+		dsl.Parallel("reserve",
+			dsl.Branch(dsl.Step("reserve-stock", reserveStock).Compensate(releaseStock)),
+			dsl.Branch(dsl.Step("book-courier", book).Compensate(cancel)),
+		).Join(reserved).When(`payload.digital == false`),
 		dsl.DelayUntil(`payload.ship_at`),
 		dsl.Step("ship", ship).When(`payload.digital == false`).Retry(shipRetry),
 		dsl.HoldForReplay(PlaceOrderHold),
@@ -233,16 +232,18 @@ func (p placeOrder) book(ctx context.Context, o Order) (Order, error) {
 	return o, nil
 }
 
-// unreserve undoes a completed reserve step: the booking is cancelled and
-// the stock released, both tried even if the other fails (a retry of the
-// compensation repeats both, which the services take as done).
-func (p placeOrder) unreserve(ctx context.Context, o Order) error {
-	var errs []error
+func (p placeOrder) cancel(ctx context.Context, o Order) error {
 	if err := p.s.Courier.Cancel(ctx, o); err != nil {
-		errs = append(errs, fmt.Errorf("cancel booking %s: %w", o.Booking, err))
+		return fmt.Errorf("cancel booking %s: %w", o.Booking, err)
 	}
-	errs = append(errs, p.releaseStock(ctx, o))
-	return errors.Join(errs...)
+	return nil
+}
+
+// reserved joins reserve's branches: the order goes on with the stock's
+// reservation and the courier's booking.
+func reserved(_ context.Context, o, stock, booking Order) (Order, error) {
+	o.Reservation, o.Booking = stock.Reservation, booking.Booking
+	return o, nil
 }
 
 func (p placeOrder) ship(ctx context.Context, o Order) (Order, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,9 +58,13 @@ func TestFlows(t *testing.T) {
 	require.Equal(t, []step{
 		{"validate", "", "", "5 attempts, 1s doubling up to 5m0s", ""},
 		{"charge", "", "", "3 attempts, 1s doubling up to 5m0s", "place-order.compensate.charge"},
-		{"reserve", "payload.digital == false", "", "5 attempts, 1s doubling up to 5m0s", "place-order.compensate.reserve"},
+		{"reserve", "payload.digital == false", "", "5 attempts, 1s doubling up to 5m0s", ""},
 		{"ship", "payload.digital == false", "payload.ship_at", "4 attempts, 1s doubling up to 5m0s", ""},
+		{"reserve-stock", "", "", "5 attempts, 1s doubling up to 5m0s", "place-order.compensate.reserve-stock"},
+		{"book-courier", "", "", "5 attempts, 1s doubling up to 5m0s", "place-order.compensate.book-courier"},
 	}, got)
+	require.Equal(t, &engine.ForkInfo{Kind: "parallel", Branches: [][]string{{"reserve-stock"}, {"book-courier"}}}, info.Steps[2].Fork,
+		"reserve is two branches side by side")
 
 	// The example starts a run as pasted: JSON with no unknown field.
 	b, err := json.Marshal(workflows.ExampleOrder())
@@ -217,8 +222,8 @@ func TestPlaceOrderRuns(t *testing.T) {
 		later := fx.start(order("later", func(o *workflows.Order) { o.ShipAt = shipAt }))
 
 		fx.wait(ok, journal.Completed, 10*time.Second)
-		fx.timeline(ok, "start::started", "step:validate:completed", "step:charge:completed", "step:reserve:completed", "step:ship:completed")
-		require.Equal(t, []string{"charge", "reserve", "book", "ship"}, fx.rec.of("ok"))
+		fx.timeline(ok, append(append([]string{"start::started", "step:validate:completed", "step:charge:completed"}, reserved...), "step:ship:completed")...)
+		require.Equal(t, []string{"charge", "reserve", "book", "ship"}, side(fx.rec.of("ok")))
 
 		fx.wait(retried, journal.Completed, 10*time.Second)
 		// A digital order is neither reserved nor shipped.
@@ -234,24 +239,28 @@ func TestPlaceOrderRuns(t *testing.T) {
 		require.Equal(t, []string{"charge!"}, fx.rec.of("declined"), "given up at once")
 
 		r = fx.wait(refused, journal.Failed, 10*time.Second)
-		require.Equal(t, "reserve", r.Step)
-		require.Contains(t, r.Error, `saga reserve failed at "book-courier": book a courier: fatal: courier: no deliveries to "Atlantis"; undone: reserve-stock`)
+		require.Equal(t, "book-courier", r.Step)
+		require.Contains(t, r.Error, `book a courier: fatal: courier: no deliveries to "Atlantis"`)
 		require.NotNil(t, r.DueAt, "held for replay")
 		require.WithinDuration(t, fx.now().Add(workflows.PlaceOrderHold), *r.DueAt, 10*time.Second)
-		require.Equal(t, []string{"charge", "reserve", "book!", "release res-refused"}, fx.rec.of("refused"),
-			"the saga released the stock it had reserved; the charge waits")
+		// The other branch goes on and comes back; the join waits for the
+		// held one, and the charge and the stock wait with it.
+		held := []string{"start::started", "step:validate:completed", "step:charge:completed", "step:reserve:forked: 2 branches",
+			"step:reserve-stock:completed", "step:book-courier:failed", "step:reserve:branch 0 arrived"}
+		fx.timeline(refused, held...)
+		require.Equal(t, []string{"charge", "reserve", "book!"}, side(fx.rec.of("refused")))
 		moved, err := fx.eng.Compensate(brokertest.Ctx(t), refused)
 		require.NoError(t, err)
-		require.Equal(t, fx.name+".reserve.dlq", moved.From)
+		require.Equal(t, fx.name+".book-courier.dlq", moved.From)
 		fx.wait(refused, journal.Compensated, 10*time.Second)
-		fx.timeline(refused, "start::started", "step:validate:completed", "step:charge:completed", "step:reserve:failed",
-			"compensation::compensation started on request", "compensation:charge:compensated")
-		require.Equal(t, []string{"charge", "reserve", "book!", "release res-refused", "refund pay-refused"}, fx.rec.of("refused"))
+		fx.timeline(refused, append(held, "compensation::compensation started on request",
+			"compensation:reserve-stock:compensated", "compensation:charge:compensated")...)
+		require.Equal(t, []string{"charge", "reserve", "book!", "release res-refused", "refund pay-refused"}, side(fx.rec.of("refused")))
 
 		fx.wait(later, journal.Completed, 15*time.Second)
-		tl = fx.timeline(later, "start::started", "step:validate:completed", "step:charge:completed", "step:reserve:completed",
-			"delay:ship:waiting", "step:ship:completed")
-		require.True(t, tl[4].DueAt.Equal(shipAt), "waits until ship_at: %s, want %s", tl[4].DueAt, shipAt)
+		tl = fx.timeline(later, append(append([]string{"start::started", "step:validate:completed", "step:charge:completed"}, reserved...),
+			"delay:ship:waiting", "step:ship:completed")...)
+		require.True(t, tl[len(tl)-2].DueAt.Equal(shipAt), "waits until ship_at: %s, want %s", tl[len(tl)-2].DueAt, shipAt)
 		require.False(t, fx.rec.when("later", "ship").Before(shipAt), "never ships early")
 	})
 }
@@ -279,8 +288,8 @@ func TestPlaceOrderOutage(t *testing.T) {
 		require.Equal(t, "ship", r.Step)
 		require.Contains(t, r.Error, "ship: courier: service unavailable (outage simulated by ACEMQ_DEMO_OUTAGE=ship)")
 		require.NotNil(t, r.DueAt, "held for replay")
-		failed := []string{"start::started", "step:validate:completed", "step:charge:completed", "step:reserve:completed",
-			"step:ship:retried", "step:ship:retried", "step:ship:retried", "step:ship:failed"}
+		failed := append(append([]string{"start::started", "step:validate:completed", "step:charge:completed"}, reserved...),
+			"step:ship:retried", "step:ship:retried", "step:ship:retried", "step:ship:failed")
 		fx.timeline(replayed, failed...)
 		fx.wait(compensated, journal.Failed, 20*time.Second)
 
@@ -289,16 +298,16 @@ func TestPlaceOrderOutage(t *testing.T) {
 		require.NoError(t, err)
 		fx.wait(replayed, journal.Completed, 10*time.Second)
 		fx.timeline(replayed, append(slices.Clone(failed), "replay:ship:replayed", "step:ship:completed")...)
-		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!", "ship"}, rec.of("replayed"))
+		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!", "ship"}, side(rec.of("replayed")))
 
 		_, err = fx.eng.Compensate(brokertest.Ctx(t), compensated)
 		require.NoError(t, err)
 		fx.wait(compensated, journal.Compensated, 10*time.Second)
 		// Newest first.
 		fx.timeline(compensated, append(slices.Clone(failed), "compensation::compensation started on request",
-			"compensation:reserve:compensated", "compensation:charge:compensated")...)
+			"compensation:book-courier:compensated", "compensation:reserve-stock:compensated", "compensation:charge:compensated")...)
 		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!",
-			"cancel pickup-compensated", "release res-compensated", "refund pay-compensated"}, rec.of("compensated"))
+			"cancel pickup-compensated", "release res-compensated", "refund pay-compensated"}, side(rec.of("compensated")))
 	})
 }
 
@@ -320,6 +329,24 @@ func TestPlaceOrderCourierBack(t *testing.T) {
 		_, err := fx.eng.Replay(brokertest.Ctx(t), run)
 		require.NoError(t, err)
 		fx.wait(run, journal.Completed, 10*time.Second)
-		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!", "ship"}, fx.rec.of("closed"))
+		require.Equal(t, []string{"charge", "reserve", "book", "ship!", "ship!", "ship!", "ship!", "ship"}, side(fx.rec.of("closed")))
 	})
+}
+
+// reserved is the timeline of place-order's reserve: its two branches side
+// by side, back at the fork, joined.
+var reserved = []string{"step:reserve:forked: 2 branches", "step:reserve-stock:completed", "step:book-courier:completed",
+	"step:reserve:branch 0 arrived", "step:reserve:branch 1 arrived", "step:reserve:completed"}
+
+// side is what the services did for an order with the calls of reserve's
+// two branches, which run side by side, in branch order: reserve, then
+// book.
+func side(calls []string) []string {
+	out := slices.Clone(calls)
+	for i := 0; i+1 < len(out); i++ {
+		if strings.HasPrefix(out[i], "book") && strings.HasPrefix(out[i+1], "reserve") {
+			out[i], out[i+1] = out[i+1], out[i]
+		}
+	}
+	return out
 }

@@ -4,8 +4,9 @@
 // # place-order
 //
 // [PlaceOrder] takes an [Order] through validate, charge (compensated by
-// a refund), reserve (an in-process saga as one step: reserve the stock,
-// book a courier), a wait until the order's ship_at, and ship; a digital
+// a refund), reserve (two branches side by side, joined: reserve the
+// stock, compensated by releasing it; book a courier, compensated by
+// cancelling the booking), a wait until the order's ship_at, and ship; a digital
 // order is neither reserved nor shipped. A run given up after its card
 // was charged is held for a replay for ten minutes, then compensated.
 // [NewPlaceOrder] builds the same flow under another name on other
@@ -18,9 +19,11 @@
 //
 //	card 4000 0000 0000 0002       charge: declined, given up at once; nothing to undo
 //	card 4000 0000 0000 0119       charge: the gateway times out once, then approves (a retry)
-//	item "unobtainium"             reserve: out of stock, given up; the charge is refunded
-//	address containing "Atlantis"  reserve: the courier refuses; the saga releases the stock,
-//	                               the step is given up, and the charge is refunded
+//	item "unobtainium"             reserve-stock: out of stock, given up and held; the other
+//	                               branch comes back; then the booking is cancelled and the
+//	                               charge refunded
+//	address containing "Atlantis"  book-courier: the courier refuses, given up and held;
+//	                               then the stock is released and the charge refunded
 //	ship_at in the future          the run waits on the scheduler ladder until then
 //	digital: true                  reserve and ship are skipped
 //	ACEMQ_DEMO_OUTAGE=ship         (in the worker's environment) ship's courier is down

@@ -60,6 +60,18 @@ func LadderTopology(name string) Topology {
 	return t
 }
 
+// DueMillis is due as the schedule headers carry it: whole milliseconds
+// since the epoch, rounded up, so that nothing that waits for it is
+// released before due (rounded down, a message would be up to a
+// millisecond early).
+func DueMillis(due time.Time) int64 {
+	ms := due.UnixMilli()
+	if due.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
+}
+
 // RungFor is the queue suffix a message with remaining time to wait goes
 // into: the largest rung that does not overshoot, the one-second rung for
 // less than a second, and the control queue when it is already due. A

@@ -184,7 +184,7 @@ func (l *ladder) scheduled(due time.Time, exchange, key string, msg transport.Me
 	}
 	h[HeaderScheduleExchange] = exchange
 	h[HeaderScheduleRoutingKey] = key
-	h[HeaderScheduleDueAt] = due.UnixMilli()
+	h[HeaderScheduleDueAt] = DueMillis(due)
 	h[HeaderScheduleContentType] = msg.ContentType
 	msg.Headers = h
 	return Outgoing{Exchange: l.name, RoutingKey: l.name + RungFor(due.Sub(l.conn.now())), Mandatory: true, Message: msg}

@@ -96,3 +96,24 @@ func TestLadderRungsIsACopy(t *testing.T) {
 	require.Len(t, LadderRungs(), 5)
 	require.Equal(t, Rung{Suffix: ".1s", TTL: ShortestRung}, LadderRungs()[4])
 }
+
+// TestDueMillisRoundsUp: a due time is carried in whole milliseconds,
+// rounded up, so that the ladder never releases a message before it.
+func TestDueMillisRoundsUp(t *testing.T) {
+	base := time.UnixMilli(1_796_214_380_899)
+	for _, tc := range []struct {
+		name string
+		due  time.Time
+		want int64
+	}{
+		{"a whole millisecond", base, 1_796_214_380_899},
+		{"a nanosecond past it", base.Add(time.Nanosecond), 1_796_214_380_900},
+		{"just before the next", base.Add(time.Millisecond - time.Nanosecond), 1_796_214_380_900},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := DueMillis(tc.due)
+			require.Equal(t, tc.want, got)
+			require.False(t, time.UnixMilli(got).Before(tc.due), "never before due")
+		})
+	}
+}

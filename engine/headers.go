@@ -93,7 +93,7 @@ func markDue(out *broker.Outgoing, due time.Time) {
 	if h == nil {
 		h = broker.Table{}
 	}
-	h[HeaderDue] = due.UnixMilli()
+	h[HeaderDue] = broker.DueMillis(due)
 	out.Message.Headers = h
 }
 

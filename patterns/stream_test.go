@@ -207,11 +207,14 @@ func TestStreamSince(t *testing.T) {
 		ctx := brokertest.Ctx(t)
 		conn := h.Open(broker.Config{})
 		stream := streamDeclare(h, "stream-since")
+		written := time.Now()
 		streamFill(h, conn, stream, 0, 20)
-		// The broker resolves a timestamp to whole seconds: wait for the
-		// next second to begin, since that is what is being tested.
-		since := time.Now().Truncate(time.Second).Add(time.Second)
-		time.Sleep(time.Until(since.Add(100 * time.Millisecond)))
+		// The broker stamps chunks with its own clock and resolves a
+		// timestamp to whole seconds: the first 20 are written two seconds
+		// before since and the rest a second after it, so that a broker
+		// whose clock is up to a second off ours still tells them apart.
+		since := written.Truncate(time.Second).Add(2 * time.Second)
+		time.Sleep(time.Until(since.Add(time.Second)))
 		streamFill(h, conn, stream, 20, 20)
 
 		handler, got := streamRecorder(t)

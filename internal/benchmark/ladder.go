@@ -119,7 +119,9 @@ func TTLLateness(ctx context.Context, cfg Config) (_ Measurement, err error) {
 	}
 	return lateness(ctx, s, conn, dest, ladderCount(cfg), cfg.LadderDelay, "delayed messages through a TTL queue",
 		func(ctx context.Context, _ int) error {
-			due := time.Now().Add(cfg.LadderDelay)
+			// The broker counts the TTL from the whole millisecond it
+			// received the message in, which is this one or later.
+			due := time.Now().Truncate(time.Millisecond).Add(cfg.LadderDelay)
 			if err := conn.Publish(ctx, ladderPayload{Due: due.UnixNano()}, broker.To(wait), broker.Mandatory()); err != nil {
 				return fmt.Errorf("publish: %w", err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/engine/timeline"
 )
 
 // A Child step (dsl.Child) starts a run of another flow and waits for it
@@ -62,6 +63,7 @@ func (r *stepRunner) startChild(ctx context.Context, a *stepAttempt, attempt int
 	child := childRunID(d, r.spec.Name, attempt)
 	// Start is idempotent on the run id: a redelivery starts it once.
 	_, err = r.e.Start(ctx, r.spec.Child.Flow, json.RawMessage(d.m.Body), RunID(child),
+		startOutcome(timeline.StartedBy(d.m.RunID, r.spec.Name)),
 		func(c *startConfig) error { c.headers = broker.Table{HeaderParent: h}; return nil })
 	switch {
 	case errors.Is(err, ErrInvalidPayload):

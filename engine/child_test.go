@@ -65,6 +65,7 @@ func TestChildRunReturnsToItsParent(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, journal.Completed, c.Status)
 		require.Contains(t, fx.outcomes(run), "step:ship:started child run "+run+".ship")
+		require.Contains(t, fx.outcomes(run+".ship"), "start::started by run "+run+", step ship", "the child knows its parent")
 
 		flaky := fx.start(Order{ID: "flaky"})
 		fx.waitStatus(flaky, journal.Completed, 15*time.Second)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/engine/timeline"
 )
 
 // record hands events to the journal writer. It waits while the writer's
@@ -227,7 +228,7 @@ func (r *stepRunner) accepted(a *stepAttempt, base journal.Event, now time.Time)
 		base.Key = fmt.Sprintf("hold/%s/%d/%d", d.branch.Join, d.branch.Branch, d.hold.Replays)
 		return []journal.Event{base}
 	case resultChildStarted:
-		base.Outcome = "started child run " + a.child
+		base.Outcome = timeline.StartedChild(a.child)
 		base.Key = fmt.Sprintf("child/%s/%d", d.at(), d.m.Attempt)
 		if d.child != nil {
 			// Started again after the child failed.

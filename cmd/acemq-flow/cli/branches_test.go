@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,104 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/engine/timeline"
+	"github.com/acemq/acemq-flow/engine/timeline/timelinetest"
 	"github.com/acemq/acemq-flow/internal/testenv"
 	"github.com/acemq/acemq-flow/persistence"
 )
-
-// forkTimeline is the timeline the engine records for a run of forkFlow
-// (keys, order and outcomes as engine/fork.go writes them): validate,
-// the Parallel (both branches arrived, the join fired), then a ForEach
-// of items items, 4 in flight, of which those before failAt arrived, item
-// failAt was given up and the 3 in flight with it stopped (the rest never
-// handed out), and
-// the run compensated: every arrived item's square, then reserve. at
-// is when the run started (zero: every event at the zero time). With
-// failAt at items or beyond, every item arrives and the run completes.
-func forkTimeline(runID, flow string, items, failAt int, at time.Time) []journal.Event {
-	clock := at
-	tick := func() time.Time {
-		if at.IsZero() {
-			return at
-		}
-		clock = clock.Add(time.Millisecond)
-		return clock
-	}
-	q := func(step string) string { return flow + "." + step }
-	ev := func(e journal.Event) journal.Event {
-		e.RunID, e.Flow = runID, flow
-		e.StartedAt = tick()
-		e.EndedAt = e.StartedAt
-		return e
-	}
-	step := func(key string, seq int64, name, outcome string) journal.Event {
-		return ev(journal.Event{Key: key, Seq: seq, Kind: journal.KindStep, Step: name, Attempt: 1, Outcome: outcome, Queue: q(name)})
-	}
-	inBranch := func(join string, stage, b, pos int, name, outcome string) journal.Event {
-		return step(fmt.Sprintf("branch/%s/%d/step/0/%d/1", join, b, pos), journal.Seq(0, stage, (pos+1)<<10|1, 2), name, outcome)
-	}
-	arrived := func(join string, stage, b int, fork, outcome string, last bool) journal.Event {
-		e := step(fmt.Sprintf("branch/%s/%d/arrived/%s/%d", join, b, join, b), journal.Seq(0, stage, 0xbff, 3), fork, outcome)
-		if last {
-			e.Key, e.Seq = fmt.Sprintf("arrived/%s/%d", join, b), journal.Seq(0, stage, 0xffffe, 3)
-		}
-		e.Attempt = 0
-		return e
-	}
-	running := func(e journal.Event, next string) journal.Event {
-		e.Status, e.RunStep = journal.Running, next
-		return e
-	}
-	start := ev(journal.Event{Key: "start", Seq: journal.Seq(0, 0, 1, 0), Kind: journal.KindStart, Outcome: "started",
-		Status: journal.Running, RunStep: "validate", Input: []byte(fmt.Sprintf(`{"id":"o-1","amount":%d}`, items))})
-	out := []journal.Event{
-		start,
-		running(step("step/0/0/1", journal.Seq(0, 1, 1, 2), "validate", "completed"), "fulfil"),
-		running(step("step/0/1/1", journal.Seq(0, 2, 0, 1), "fulfil", "forked: 2 branches"), "fulfil"),
-		inBranch("0/1/fulfil", 2, 1, 0, "book", "completed"),
-		inBranch("0/1/fulfil", 2, 0, 0, "pick", "completed"),
-		inBranch("0/1/fulfil", 2, 0, 1, "reserve", "completed"),
-		arrived("0/1/fulfil", 2, 1, "fulfil", "branch 1 arrived", false),
-		arrived("0/1/fulfil", 2, 0, "fulfil", "branch 0 arrived", true),
-		running(step("join/0/1/fulfil/step/0/1/1", journal.Seq(0, 2, 0xfffff, 2), "fulfil", "completed"), "each"),
-		running(step("step/0/2/1", journal.Seq(0, 3, 0, 1), "each", fmt.Sprintf("forked: %d items, %d in flight", items, min(4, items))), "each"),
-	}
-	last := min(items, failAt+4)
-	for i := range last {
-		switch {
-		case i < failAt:
-			out = append(out, inBranch("0/2/each", 3, i, 0, "square", "completed"))
-		case i == failAt:
-			e := inBranch("0/2/each", 3, i, 0, "square", "failed")
-			e.Error, e.Status, e.RunStep = `step "square": fatal: no square for you`, journal.Compensating, "square"
-			out = append(out, e)
-		default:
-			out = append(out, inBranch("0/2/each", 3, i, 0, "square", "stopped: another branch was given up"))
-		}
-	}
-	for i := range min(items, failAt) {
-		outcome := fmt.Sprintf("item %d arrived", i)
-		out = append(out, arrived("0/2/each", 3, i, "each", outcome, failAt >= items && i == items-1))
-	}
-	if failAt >= items {
-		return append(out,
-			running(step("join/0/2/each/step/0/2/1", journal.Seq(0, 3, 0xfffff, 2), "each", "completed"), "notify"),
-			func() journal.Event {
-				e := step("step/0/3/1", journal.Seq(0, 4, 1, 2), "notify", "completed")
-				e.Status, e.RunStep = journal.Completed, "notify"
-				return e
-			}())
-	}
-	comp := func(k int, name string, st journal.Status) journal.Event {
-		e := ev(journal.Event{Key: fmt.Sprintf("compensation/0/%d/1", k), Seq: journal.Seq(0, journal.CompensationStage+k, 1, 2),
-			Kind: journal.KindCompensation, Step: name, Attempt: 1, Outcome: "compensated", Queue: flow + ".compensate." + name,
-			Status: st, RunStep: name, Error: `step "square": fatal: no square for you`})
-		return e
-	}
-	for k := range failAt {
-		out = append(out, comp(k, "square", journal.Compensating))
-	}
-	return append(out, comp(failAt, "reserve", journal.Compensated))
-}
 
 // showRun is what runs show prints for the run of events (the run's own
 // fields left out: they hold the time now), each line without the spaces
@@ -122,7 +27,7 @@ func showRun(t *testing.T, events []journal.Event, mode string, only ...string) 
 	t.Helper()
 	c, err := parseBranchChoice(mode, only)
 	require.NoError(t, err)
-	own, forks := groupBranches(events)
+	own, forks := timeline.Group(events)
 	for _, f := range forks {
 		c.choose(f)
 	}
@@ -145,7 +50,7 @@ func showRun(t *testing.T, events []journal.Event, mode string, only ...string) 
 // than a few items, its first and last branches and the one given up.
 func TestRunsShowGroupsBranches(t *testing.T) {
 	t.Parallel()
-	events := forkTimeline("r-1", "unit.shop", 20, 12, time.Time{})
+	events := timelinetest.ForkRun("r-1", "unit.shop", 20, 12, time.Time{})
 	const cause = `step "square": fatal: no square for you`
 	require.Equal(t, `KIND          STEP      ATTEMPT  OUTCOME                        STARTED  ENDED  QUEUE                         DUE  ERROR
 start                            started
@@ -215,7 +120,7 @@ BRANCH  STATUS   KIND  STEP    ATTEMPT  OUTCOME                               ST
 // lines; --branch shows any item.
 func TestRunsShowPagesALargeForEach(t *testing.T) {
 	t.Parallel()
-	events := forkTimeline("r-1", "unit.shop", 100_000, 50_000, time.Time{})
+	events := timelinetest.ForkRun("r-1", "unit.shop", 100_000, 50_000, time.Time{})
 	require.Greater(t, len(events), 150_000)
 	began := time.Now()
 	out := showRun(t, events, branchesSome)
@@ -232,71 +137,6 @@ func TestRunsShowPagesALargeForEach(t *testing.T) {
 	require.Contains(t, out, "showing none of 2 branches", "the Parallel has no branch 49999")
 	require.Regexp(t, `(?m)^49999\s+arrived\s+step\s+square\s`, out)
 	require.Contains(t, out, "item 49999 arrived")
-}
-
-// TestGroupBranches: every key a branch's events are recorded under puts
-// the event with its branch (its steps, its arrival under either key,
-// the compensation of its own work); what is no branch's stays the run's;
-// each branch's status follows from its events.
-func TestGroupBranches(t *testing.T) {
-	t.Parallel()
-	ev := func(key, step, outcome string) journal.Event {
-		kind := journal.KindStep
-		if strings.HasPrefix(key, "compensation/") {
-			kind = journal.KindCompensation
-		}
-		return journal.Event{RunID: "r-1", Key: key, Kind: kind, Step: step, Outcome: outcome}
-	}
-	events := []journal.Event{
-		ev("start", "", "started"),
-		ev("step/0/0/1", "fulfil", "forked: 3 branches"),
-		ev("branch/0/0/fulfil/0/step/0/0/1", "pick", "completed"),
-		ev("branch/0/0/fulfil/0/step/0/1/1", "reserve", "stopped: another branch was given up"),
-		ev("branch/0/0/fulfil/1/step/0/0/1", "book", "failed"),
-		ev("branch/0/0/fulfil/2/step/0/0/1", "call", "retried"),
-		ev("branch/0/0/fulfil/2/arrived/0/0/fulfil/2", "fulfil", "branch 2 arrived after another was given up"),
-		ev("compensation/0/0/0/fulfil/0/0/1", "pick", "compensated"),
-		ev("compensation/0/0/0/fulfil/1/0/1", "book-undo", "compensation_failed"),
-		ev("branches-undone/0/0/fulfil", "fulfil", "compensated: every branch undone"),
-		ev("compensation/0/0/1", "charge", "compensated"),
-		ev("replay/1", "", "replayed"),
-		// A fork's branches whose fork event is not (yet) in the timeline.
-		ev("branch/1/1/each/7/step/1/0/1", "square", "retried"),
-		ev("arrived/1/1/each/3", "each", "item 3 arrived"),
-		ev("join/1/1/each/step/1/1/1", "each", "completed"),
-		// Keys that only look like a branch's.
-		ev("branch/x/1/each/7/step/1/0/1", "square", "completed"),
-		ev("arrived/1/1/each/seven", "each", "item 7 arrived"),
-	}
-	own, forks := groupBranches(events)
-	var ownKeys []string
-	for _, e := range own {
-		ownKeys = append(ownKeys, e.Key)
-	}
-	require.Equal(t, []string{"start", "step/0/0/1", "branches-undone/0/0/fulfil", "compensation/0/0/1", "replay/1",
-		"join/1/1/each/step/1/1/1", "branch/x/1/each/7/step/1/0/1", "arrived/1/1/each/seven"}, ownKeys)
-	require.Len(t, forks, 2)
-
-	f := forks[0]
-	require.Equal(t, "fulfil", f.Step)
-	require.Equal(t, "0/0/fulfil", f.Join)
-	require.Equal(t, "parallel", f.Kind)
-	require.Equal(t, 3, f.Total)
-	require.Equal(t, 3, f.HandedOut)
-	require.Equal(t, []int{1, 0, 1, 1, 0}, []int{f.Arrived, f.Failed, f.Unresolved, f.Stopped, f.Running})
-	var statuses []string
-	for _, b := range f.all {
-		statuses = append(statuses, fmt.Sprintf("%d:%s:%d", b.Branch, b.Status, len(b.Steps)))
-	}
-	require.Equal(t, []string{"0:stopped:3", "1:unresolved:2", "2:arrived:2"}, statuses)
-
-	f = forks[1]
-	require.Equal(t, "each", f.Step)
-	require.Equal(t, 1, f.Replay)
-	require.Equal(t, "foreach", f.Kind, "an item's arrival says so")
-	require.Zero(t, f.Total, "nothing says how many")
-	require.Equal(t, []int{1, 1}, []int{f.Arrived, f.Running})
-	require.Equal(t, []int{3, 7}, []int{f.all[0].Branch, f.all[1].Branch}, "by index")
 }
 
 func TestParseBranchChoice(t *testing.T) {
@@ -322,29 +162,6 @@ func TestParseBranchChoice(t *testing.T) {
 	}
 }
 
-// TestHandedOutFromTheJoin: a journal that keeps joins says how many
-// branches were handed out, counting those whose events are still to
-// come; a fork whose join it does not have keeps the count of its events.
-func TestHandedOutFromTheJoin(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	j, err := journal.NewMemory(0)
-	require.NoError(t, err)
-	_, _, err = j.OpenJoin(ctx, journal.Join{RunID: "r-1", Key: "0/2/each", Total: 10, Limit: 4}, make([][]byte, 10))
-	require.NoError(t, err)
-	events := forkTimeline("r-1", "unit.shop", 10, 10, time.Time{})
-	// Only two items have events so far.
-	events = slices.DeleteFunc(events, func(e journal.Event) bool {
-		_, i, ok := branchKey(e.Key)
-		return ok && strings.Contains(e.Key, "/each/") && i >= 2
-	})
-	_, forks := groupBranches(events)
-	require.NoError(t, handedOut(ctx, j, "r-1", forks))
-	require.Equal(t, 2, forks[0].HandedOut, "no join for the Parallel: the branches with events")
-	require.Equal(t, 4, forks[1].HandedOut, "the join handed out 4")
-	require.Equal(t, 10, forks[1].Total)
-}
-
 // TestRunsShowBranchesOnTheDatabase: runs show reads a forked run's
 // timeline from PostgreSQL and groups it by branch; its JSON keeps the
 // whole timeline in "steps" and gives the forks with the branches asked
@@ -357,7 +174,7 @@ func TestRunsShowBranchesOnTheDatabase(t *testing.T) {
 	require.Zero(t, r.code, r.stderr)
 	flow := testenv.Name(t, "flow")
 	id := testenv.Name(t, "run")
-	events := forkTimeline(id, flow, 20, 12, time.Now().Add(-time.Minute))
+	events := timelinetest.ForkRun(id, flow, 20, 12, time.Now().Add(-time.Minute))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, dbURL)

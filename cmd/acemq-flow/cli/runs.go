@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/engine/timeline"
 )
 
 // errorColumnWidth is how much of a run's error the runs table shows: the
@@ -134,7 +134,7 @@ func runDuration(r journal.Run, now time.Time) string {
 type runJSON struct {
 	journal.Run
 	Steps []journal.Event `json:"steps"`
-	Forks []*runFork      `json:"forks,omitempty"`
+	Forks []*timeline.Fork `json:"forks,omitempty"`
 }
 
 func (a *app) runsShowCommand() *cobra.Command {
@@ -177,11 +177,11 @@ func (a *app) runsShowCommand() *cobra.Command {
 			if events == nil {
 				events = []journal.Event{}
 			}
-			own, forks := groupBranches(events)
+			own, forks := timeline.Group(events)
 			for _, f := range forks {
 				choice.choose(f)
 			}
-			if err := handedOut(cmd.Context(), j, run.ID, forks); err != nil {
+			if err := timeline.HandedOut(cmd.Context(), j, run.ID, forks); err != nil {
 				return fmt.Errorf("runs show: %w", err)
 			}
 			if output == outputJSON {
@@ -196,35 +196,11 @@ func (a *app) runsShowCommand() *cobra.Command {
 	return cmd
 }
 
-// handedOut counts each fork's branches handed out from its join, when
-// the journal keeps joins (journal.JoinStore) and still has it; otherwise
-// the count of branches with events stays.
-func handedOut(ctx context.Context, j journal.Journal, runID string, forks []*runFork) error {
-	js, ok := j.(journal.JoinStore)
-	if !ok {
-		return nil
-	}
-	for _, f := range forks {
-		st, err := js.JoinStatus(ctx, runID, f.Join)
-		switch {
-		case errors.Is(err, journal.ErrJoinNotFound):
-			continue
-		case err != nil:
-			return fmt.Errorf("join of fork %s: %w", f.Step, err)
-		}
-		f.HandedOut = max(st.Dispatched, f.HandedOut)
-		if f.Total == 0 {
-			f.Total = st.Total
-		}
-	}
-	return nil
-}
-
 // writeRun shows a run for a person: its fields, then its own timeline,
-// then each of its forks (forks, from groupBranches) with its branches
+// then each of its forks (forks, from timeline.Group) with its branches
 // chosen. Unless full, a run of alike events in the timeline (the
 // compensation of every item of a large ForEach) is shortened.
-func writeRun(cmd *cobra.Command, r journal.Run, own []journal.Event, forks []*runFork, full bool) error {
+func writeRun(cmd *cobra.Command, r journal.Run, own []journal.Event, forks []*timeline.Fork, full bool) error {
 	out := cmd.OutOrStdout()
 	t := newTable(out)
 	t.row("run", r.ID)
@@ -260,7 +236,10 @@ func writeRun(cmd *cobra.Command, r journal.Run, own []journal.Event, forks []*r
 	}
 	t = newTable(out)
 	t.row("KIND", "STEP", "ATTEMPT", "OUTCOME", "STARTED", "ENDED", "QUEUE", "DUE", "ERROR")
-	for _, e := range shorten(own, full) {
+	if !full {
+		own = timeline.Shorten(own)
+	}
+	for _, e := range own {
 		t.row(eventCells(e)...)
 	}
 	if err := t.flush(); err != nil {
@@ -284,55 +263,19 @@ func eventCells(e journal.Event) []string {
 		e.Queue, localTimePtr(e.DueAt, timeLayoutMillis), truncate(e.Error, errorColumnWidth)}
 }
 
-// Runs of alike events (of one kind, step and outcome) longer than
-// longRun are shortened to their first keepHead and last keepTail, with
-// a line saying how many are left out.
-const (
-	longRun  = 8
-	keepHead = 3
-	keepTail = 2
-)
-
-// shorten shortens the runs of alike events in a timeline (unless full):
-// an event whose Outcome says how many were left out ("… 99995 more
-// compensated") stands for them; --branches all shows them.
-func shorten(events []journal.Event, full bool) []journal.Event {
-	if full {
-		return events
-	}
-	alike := func(a, b journal.Event) bool { return a.Kind == b.Kind && a.Step == b.Step && a.Outcome == b.Outcome }
-	var out []journal.Event
-	for i := 0; i < len(events); {
-		j := i + 1
-		for j < len(events) && alike(events[i], events[j]) {
-			j++
-		}
-		if j-i <= longRun {
-			out = append(out, events[i:j]...)
-		} else {
-			out = append(out, events[i:i+keepHead]...)
-			out = append(out, journal.Event{Kind: events[i].Kind, Step: events[i].Step,
-				Outcome: fmt.Sprintf("… %d more %s", j-i-keepHead-keepTail, events[i].Outcome)})
-			out = append(out, events[j-keepTail:j]...)
-		}
-		i = j
-	}
-	return out
-}
-
 // writeFork shows one fork of a run: what it is, how its branches stand,
 // which of them follow, then those branches' events, branch by branch.
-func writeFork(out io.Writer, f *runFork) error {
+func writeFork(out io.Writer, f *timeline.Fork) error {
 	title := "fork " + f.Step
 	if f.Replay > 0 {
 		title += fmt.Sprintf(" (replay %d)", f.Replay)
 	}
 	switch {
-	case f.Kind == "foreach" && f.Total > 0:
+	case f.Kind == timeline.KindForEach && f.Total > 0:
 		title += fmt.Sprintf(": for each of %d items, at most %d in flight", f.Total, f.InFlight)
-	case f.Kind == "foreach":
+	case f.Kind == timeline.KindForEach:
 		title += ": for each item"
-	case f.Kind == "parallel":
+	case f.Kind == timeline.KindParallel:
 		title += fmt.Sprintf(": parallel, %d branches", f.Total)
 	}
 	counts := []string{fmt.Sprintf("%d handed out", f.HandedOut)}
@@ -349,7 +292,7 @@ func writeFork(out io.Writer, f *runFork) error {
 	}
 	if f.Hidden > 0 {
 		if _, err := fmt.Fprintf(out, "  showing %s of %d branches; more with --branches all|failed or --branch N|A-B|%s:N\n",
-			branchList(f.Branches), len(f.all), f.Step); err != nil {
+			branchList(f.Branches), f.Seen(), f.Step); err != nil {
 			return err
 		}
 	}
@@ -372,7 +315,7 @@ func writeFork(out io.Writer, f *runFork) error {
 
 // branchList names branches by index, consecutive ones as a range:
 // "0-2, 57, 99997-99999" ("none" for none).
-func branchList(bs []runBranch) string {
+func branchList(bs []timeline.Branch) string {
 	if len(bs) == 0 {
 		return "none"
 	}

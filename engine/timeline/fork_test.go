@@ -106,7 +106,6 @@ func TestHandedOutFromTheJoin(t *testing.T) {
 	require.Equal(t, 10, forks[1].Total)
 }
 
-
 // TestPagesOfAFork: a fork's branches come a page at a time, in index
 // order, all of them or those a filter keeps; one is found by its index;
 // a fork shows none until asked.

@@ -133,7 +133,7 @@ func runDuration(r journal.Run, now time.Time) string {
 // --branches and --branch choose.
 type runJSON struct {
 	journal.Run
-	Steps []journal.Event `json:"steps"`
+	Steps []journal.Event  `json:"steps"`
 	Forks []*timeline.Fork `json:"forks,omitempty"`
 }
 

@@ -62,7 +62,8 @@ type Config struct {
 	// Logger receives a line per replay and compensation (nil =
 	// slog.Default()).
 	Logger *slog.Logger
-	// PageSize is the runs list's page (0 = DefaultPageSize).
+	// PageSize is the runs list's page, and how many branches of a fork a
+	// run page shows at a time (0 = DefaultPageSize).
 	PageSize int
 	// MaxGroupReplay caps one group replay (0 = DefaultMaxGroupReplay).
 	MaxGroupReplay int

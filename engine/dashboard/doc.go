@@ -12,8 +12,19 @@
 //     text in the error, a page at a time (older pages by start time).
 //   - /runs/{id} is one run: its steps, then its timeline (every attempt
 //     with its outcome and error, skips, delays with their due times,
-//     compensations and replays), its input, and the buttons to replay it
-//     or to compensate it now while it is failed.
+//     compensations and replays; long runs of alike events, such as every
+//     item's compensation, shortened unless ?timeline=all), its input, and
+//     the buttons to replay it or to compensate it now while it is failed.
+//     The child runs it started are listed with their status and linked
+//     from the steps that started them; a child run links its parent.
+//     Each fork (a Parallel, a ForEach) shows what it is, how many of its
+//     branches were handed out, arrived, failed, stopped or are running,
+//     where its join stands, and a page of its branches (Config.PageSize),
+//     each with its steps and status: ?fork=<join>&from=<n> pages,
+//     &show=failed keeps those given up or stopped, &branch=<i> opens one.
+//     The page reads the run's whole timeline and groups it in one pass
+//     (package timeline), but renders only a page of branches: a ForEach
+//     of 100,000 items is a page of a few dozen kilobytes.
 //   - /failed groups failed runs by flow, step and error, with numbers and
 //     ids taken out of the error so that "card 4242 declined" and "card 17
 //     declined" are one group, as ServicePulse groups failed messages. A

@@ -16,6 +16,7 @@ import (
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/engine/timeline"
 )
 
 // windows are the runs list's time windows, as offered.
@@ -126,10 +127,23 @@ type stepState struct {
 }
 
 type runPage struct {
-	Run    journal.Run
-	Input  string
-	Steps  []stepState
-	Events []journal.Event
+	Run   journal.Run
+	Input string
+	Steps []stepState
+	// Events are the run's own events (its forks' branches have theirs
+	// in Forks), long runs of alike ones shortened unless the address
+	// asks for the whole timeline (timeline=all): Shortened says some
+	// were, Whole is the address that shows them all.
+	Events    []journal.Event
+	Shortened bool
+	Whole     string
+	Forks     []forkView
+	// Parent is the run whose Child step started this one (nil for a run
+	// that is nobody's child); Children the child runs it started, the
+	// first maxChildren of them, of Started in all.
+	Parent   *childLink
+	Children []childLink
+	Started  int
 	// Flash says what the last action did; Error why it did not.
 	Flash, Error  string
 	CanReplay     bool
@@ -167,19 +181,44 @@ func (d *Dashboard) runPage(w http.ResponseWriter, r *http.Request) (runPage, in
 		d.journalFailed(w, r, err)
 		return runPage{}, 0, false
 	}
+	fq, why := parseForkQuery(r.URL.Query())
+	if why != "" {
+		d.fail(w, r, http.StatusBadRequest, why)
+		return runPage{}, 0, false
+	}
+	// The whole timeline is read and grouped (one pass); only a page of
+	// each fork's branches is rendered.
 	events, err := d.journal.Timeline(r.Context(), id)
 	if err != nil && !errors.Is(err, journal.ErrRunNotFound) {
 		d.journalFailed(w, r, err)
 		return runPage{}, 0, false
 	}
-	p := runPage{Run: run, Events: events, Input: pretty(run.Input)}
+	own, forks := timeline.Group(events)
+	if err := timeline.HandedOut(r.Context(), d.journal, id, forks); err != nil {
+		d.journalFailed(w, r, err)
+		return runPage{}, 0, false
+	}
+	p := runPage{Run: run, Input: pretty(run.Input), Forks: forkViews(id, forks, fq, d.cfg.PageSize)}
+	if parent, step, ok := timeline.Parent(own); ok {
+		p.Parent = &childLink{Run: parent, Step: step}
+	}
+	if p.Children, p.Started, err = d.children(r.Context(), own, forks); err != nil {
+		d.journalFailed(w, r, err)
+		return runPage{}, 0, false
+	}
 	var info *engine.FlowInfo
 	if d.eng != nil {
 		if fi, err := d.eng.Flow(run.Flow); err == nil {
 			info = &fi
 		}
 	}
-	p.Steps = steps(run, events, info)
+	p.Steps = steps(run, own, info)
+	p.Events = own
+	if r.URL.Query().Get("timeline") != "all" {
+		p.Events = timeline.Shorten(own)
+		p.Shortened = len(p.Events) < len(own)
+		p.Whole = "/runs/" + url.PathEscape(id) + "?timeline=all"
+	}
 	if run.Status == journal.Failed {
 		switch {
 		case !d.canAct():
@@ -205,14 +244,17 @@ func (d *Dashboard) showRun(w http.ResponseWriter, r *http.Request, status int, 
 	d.render(w, r, status, "run", view{Nav: "runs", Title: "Run " + p.Run.ID, Refresh: refresh, Page: p})
 }
 
-// steps is the run's flow, step by step, with how the run fared at each:
-// the flow's steps when the engine knows it, else those the timeline
-// names.
+// steps is the run's flow, step by step, with how the run fared at each
+// by its own events (a fork's branches are shown with the fork): the
+// flow's steps when the engine knows it (not those on a branch), else
+// those the events name.
 func steps(run journal.Run, events []journal.Event, info *engine.FlowInfo) []stepState {
 	var names []string
 	if info != nil {
 		for _, s := range info.Steps {
-			names = append(names, s.Name)
+			if s.OnFork == "" {
+				names = append(names, s.Name)
+			}
 		}
 	}
 	state := map[string]string{}

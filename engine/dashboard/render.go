@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/engine/timeline"
 )
 
 // view is what the layout renders around a page.
@@ -48,6 +51,14 @@ var funcs = template.FuncMap{
 		return string(r[:n]) + "…"
 	},
 	"isZero": func(t time.Time) bool { return t.IsZero() },
+	"dec":    func(n int) int { return n - 1 },
+	// child is the run id of the child run an event started ("" for none).
+	"child": func(e journal.Event) string {
+		if run, ok := timeline.Child(e); ok {
+			return run
+		}
+		return ""
+	},
 }
 
 // human is a duration as a person reads it: 340ms, 2.5s, 3m4s, 5h2m.

@@ -331,3 +331,52 @@ func TestInABrowserGroupReplay(t *testing.T) {
 	}
 	require.Equal(t, int32(0), opened.Load(), "no page opened a dialog")
 }
+
+// TestInABrowserBranches: a run whose ForEach went over a thousand items
+// shows each fork with a page of its branches, each with its steps and
+// status; the next page is a click away, the branches given up or
+// stopped another, and one branch opens by its number.
+func TestInABrowserBranches(t *testing.T) {
+	t.Parallel()
+	srv := dashboardtest.Forked(t, "r-forked", 1000, 700, dashboard.Config{PageSize: 20})
+	ctx := browser(t)
+	opened := dialogs(t, ctx)
+	branches := func(fork string) []string {
+		return eval[[]string](t, ctx, `[...document.querySelectorAll("#`+fork+` tbody.branch")].map(b => b.dataset.branch + ":" + b.dataset.status)`)
+	}
+
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, srv.URL+"/runs/r-forked"))
+	require.Equal(t, []string{"0:arrived", "1:arrived"}, branches("fork-0"))
+	require.Equal(t, "fired", eval[string](t, ctx, `document.querySelector("#fork-0 .join").dataset.joinState`))
+	require.Equal(t, []string{"pick", "reserve", "fulfil"},
+		eval[[]string](t, ctx, `[...document.querySelectorAll('#fork-0 tbody[data-branch="0"] tr')].map(r => r.cells[r.cells.length - 8].textContent)`),
+		"branch 0's steps, then its arrival")
+	each := branches("fork-1")
+	require.Len(t, each, 20)
+	require.Equal(t, "0:arrived", each[0])
+	require.Contains(t, text(t, ctx, "fork-1"), "704 handed out, 296 not handed out")
+	require.Equal(t, "failed", eval[string](t, ctx, `document.querySelector("#fork-1 .join").dataset.joinState`))
+	screenshot(t, ctx, "dashboard-branches")
+
+	_, err := chromedp.RunResponse(ctx, chromedp.Click(`#fork-1 a.next`, chromedp.NodeVisible))
+	require.NoError(t, err)
+	each = branches("fork-1")
+	require.Equal(t, []string{"20:arrived", "39:arrived"}, []string{each[0], each[19]}, "the second page")
+	require.Equal(t, []string{"0:arrived", "1:arrived"}, branches("fork-0"), "the other fork as it was")
+
+	_, err = chromedp.RunResponse(ctx, chromedp.Click(`#fork-1 .fork-nav a[href*="show=failed"]`, chromedp.NodeVisible))
+	require.NoError(t, err)
+	require.Equal(t, []string{"700:failed", "701:stopped", "702:stopped", "703:stopped"}, branches("fork-1"))
+	require.Contains(t, eval[string](t, ctx, `document.querySelector('#fork-1 tbody[data-branch="700"]').textContent`), "no square for you")
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(`#fork-1 input.branch-no`, "512")))
+	_, err = chromedp.RunResponse(ctx, chromedp.Submit(`#fork-1 input.branch-no`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"512:arrived"}, branches("fork-1"))
+	require.Contains(t, eval[string](t, ctx, `document.querySelector('#fork-1 tbody[data-branch="512"]').textContent`), "item 512 arrived")
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	require.NoError(t, err)
+	require.Contains(t, loc, "branch=512")
+	require.Contains(t, loc, "#fork-1", "back at the fork")
+	require.Equal(t, int32(0), opened.Load(), "no page opened a dialog")
+}

@@ -27,6 +27,7 @@ func HandedOut(ctx context.Context, j journal.Journal, runID string, forks []*Fo
 		case err != nil:
 			return fmt.Errorf("join of fork %s: %w", f.Step, err)
 		}
+		// What resumes the run once joined is no reader's business.
 		st.Parent = nil
 		f.State = &st
 		f.HandedOut = max(st.Dispatched, f.HandedOut)

@@ -15,8 +15,9 @@ import (
 type scenario struct {
 	n    int
 	name string
-	// runs is the scenario's own size.
-	runs int
+	// runs is the scenario's own size; short its size in -short (0: not
+	// in the short form).
+	runs, short int
 	// flow is chaosflow.Pipeline, chaosflow.Saga or chaosflow.Forks.
 	flow    string
 	workers int
@@ -47,15 +48,15 @@ var suites = map[string][]scenario{"chaos": scenarios, "cluster": clusterScenari
 
 // scenarios are the scenarios of docs/chaos.md, in order.
 var scenarios = []scenario{
-	{n: 1, name: "broker closes every connection every 2 s", runs: 20000, flow: chaosflow.Pipeline, workers: 3, fault: closeConnections, faultFirst: true},
+	{n: 1, name: "broker closes every connection every 2 s", runs: 20000, short: 2000, flow: chaosflow.Pipeline, workers: 3, fault: closeConnections, faultFirst: true},
 	{n: 2, name: "RabbitMQ node stopped and started", runs: 5000, flow: chaosflow.Pipeline, workers: 2, workMillis: 2, fault: restartRabbitMQ},
 	{n: 3, name: "PostgreSQL restarted (journal, idempotency, outbox)", runs: 5000, flow: chaosflow.Pipeline, workers: 2, workMillis: 2,
 		outbox: true, fault: restartPostgreSQL},
-	{n: 4, name: "worker SIGKILLed with steps in flight", runs: 5000, flow: chaosflow.Pipeline, workers: 2, workMillis: 20, fault: killWorker},
+	{n: 4, name: "worker SIGKILLed with steps in flight", runs: 5000, short: 2000, flow: chaosflow.Pipeline, workers: 2, workMillis: 20, fault: killWorker},
 	{n: 5, name: "worker drained with SIGTERM under load", runs: 5000, flow: chaosflow.Pipeline, workers: 2, workMillis: 20, fault: drainWorker},
 	{n: 6, name: "worker killed while compensating", runs: 1000, flow: chaosflow.Saga, workers: 2, workMillis: 50, fault: killCompensating},
 	{n: 7, name: "forks: every connection closed every 2 s", runs: 20, flow: chaosflow.Forks, workers: 3, fault: closeConnections, faultFirst: true},
-	{n: 8, name: "forks: workers SIGKILLed with items in flight", runs: 20, flow: chaosflow.Forks, workers: 2, workMillis: 5, fault: killForking},
+	{n: 8, name: "forks: workers SIGKILLed with items in flight", runs: 20, short: 5, flow: chaosflow.Forks, workers: 2, workMillis: 5, fault: killForking},
 }
 
 // Outages of scenarios 2 and 3: long enough for every worker to notice,

@@ -92,8 +92,11 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 			s.close()
 		}
 	}()
-	if cfg.runs > 0 {
+	switch {
+	case cfg.runs > 0:
 		s.runs = cfg.runs
+	case cfg.short && sc.short > 0:
+		s.runs = sc.short
 	}
 	if sc.tls {
 		cfg.amqpURL = cfg.tlsAMQPURL

@@ -163,7 +163,7 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 	}
 	env := append(cleanEnviron(), "ACEMQ_URL="+workerURL, "ACEMQ_DATABASE_URL="+s.dbURL,
 		"ACEMQ_LADDER="+s.ladder, "CHAOS_PREFIX="+s.prefix)
-	s.fleet = newFleet(ctx, cfg.bin, cfg.logs, s.prefix, s.flow, env, s)
+	s.fleet = newFleet(ctx, cfg.bin, cfg.logs, s.prefix, env, s)
 	return s, nil
 }
 

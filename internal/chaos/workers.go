@@ -38,8 +38,6 @@ var errStopping = errors.New("the workers are being stopped")
 type fleet struct {
 	ctx               context.Context
 	bin, logs, prefix string
-	// flow is the one flow the workers work (--flows).
-	flow string
 	env  []string
 	s    *session
 
@@ -65,8 +63,8 @@ type worker struct {
 	killed time.Time
 }
 
-func newFleet(ctx context.Context, bin, logs, prefix, flow string, env []string, s *session) *fleet {
-	return &fleet{ctx: ctx, bin: bin, logs: logs, prefix: prefix, flow: flow, env: env, s: s, names: map[string]string{}}
+func newFleet(ctx context.Context, bin, logs, prefix string, env []string, s *session) *fleet {
+	return &fleet{ctx: ctx, bin: bin, logs: logs, prefix: prefix, env: env, s: s, names: map[string]string{}}
 }
 
 // start starts a worker and waits until it logs that it works.
@@ -84,7 +82,7 @@ func (f *fleet) start(ctx context.Context) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: log: %w", w.name, err)
 	}
-	w.cmd = exec.Command(f.bin, "worker", "--close-timeout", workerCloseTimeout.String(), "--flows", f.flow)
+	w.cmd = exec.Command(f.bin, "worker", "--close-timeout", workerCloseTimeout.String())
 	w.cmd.Env = f.env
 	w.cmd.Stdout, w.cmd.Stderr = lf, lf
 	// A process group of its own, so that a ^C meant for the driver does

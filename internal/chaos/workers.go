@@ -38,8 +38,8 @@ var errStopping = errors.New("the workers are being stopped")
 type fleet struct {
 	ctx               context.Context
 	bin, logs, prefix string
-	env  []string
-	s    *session
+	env               []string
+	s                 *session
 
 	mu       sync.Mutex
 	seq      int

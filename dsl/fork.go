@@ -61,6 +61,7 @@ type ParallelDef struct {
 	branches []*BranchDef
 	joinFn   any
 	when     string
+	tx       bool
 }
 
 // Parallel describes branches that run side by side on the payload that
@@ -90,6 +91,16 @@ func (p *ParallelDef) Join(fn any) *ParallelDef {
 // with the payload unchanged, so its join must return what it takes.
 func (p *ParallelDef) When(cond string) *ParallelDef {
 	p.when = cond
+	return p
+}
+
+// Transactional runs the join in a database transaction that also
+// records that it fired, as StepDef.Transactional runs a step: what the
+// join writes through persistence.Tx(ctx) commits with that record or not
+// at all, so a worker killed at any instant applies it exactly once. The
+// branches' steps are Transactional or not each on its own.
+func (p *ParallelDef) Transactional() *ParallelDef {
+	p.tx = true
 	return p
 }
 
@@ -206,6 +217,14 @@ func (d *ForEachDef) Concurrency(n int) *ForEachDef {
 	return d
 }
 
+// Transactional runs the join in a database transaction that also
+// records that it fired (see ParallelDef.Transactional); the step run for
+// each item is Transactional or not on its own.
+func (d *ForEachDef) Transactional() *ForEachDef {
+	d.spec.Transactional = true
+	return d
+}
+
 func (*ForEachDef) part() {}
 
 func (d *ForEachDef) stepSpec() (StepSpec, error) {
@@ -223,7 +242,7 @@ var (
 // stepSpec builds the Parallel's spec: its branches' steps, checked as a
 // flow's are, and its join, whose parameters must fit what they return.
 func (p *ParallelDef) stepSpec() (StepSpec, error) {
-	spec := StepSpec{Name: p.name, whenSrc: p.when}
+	spec := StepSpec{Name: p.name, whenSrc: p.when, Transactional: p.tx}
 	if len(p.branches) < 2 {
 		return spec, fmt.Errorf("a Parallel of %d branches, want at least 2", len(p.branches))
 	}

@@ -176,3 +176,21 @@ func TestForkBuildErrors(t *testing.T) {
 		})
 	}
 }
+
+// Transactional on a Parallel or a ForEach runs its join in the
+// transaction that records it fired; the branches' steps keep their own.
+func TestForkJoinsTransactional(t *testing.T) {
+	t.Parallel()
+	f := dsl.Flow("f",
+		dsl.Parallel("fulfil", dsl.Branch(dsl.Step("reserve", pass)), dsl.Branch(dsl.Step("book", ship))).Join(joinTwo).Transactional(),
+		dsl.ForEach("each", items, dsl.Step("pick", pick).Transactional(), total).Transactional())
+	require.NoError(t, f.Err())
+	g := dsl.Flow("g", dsl.ForEach("plain", items, dsl.Step("pack", pick), total))
+	require.NoError(t, g.Err())
+	steps := f.Steps()
+	require.True(t, steps[0].Transactional)
+	require.False(t, steps[0].Fork.Branches[0][0].Transactional)
+	require.True(t, steps[1].Transactional)
+	require.True(t, steps[1].Fork.Branches[0][0].Transactional)
+	require.False(t, g.Steps()[0].Transactional)
+}

@@ -41,6 +41,7 @@ type fate struct {
 const (
 	problemLost        = "lost: its last effect never happened and no queue holds it"
 	problemDouble      = "double effect: a step's effect applied more than once"
+	problemJoinTwice   = "join fired twice: a join's effect applied more than once"
 	problemUnfinished  = "unfinished: not ended, its message still in a queue"
 	problemBehind      = "journal behind: its last effect was applied but the journal does not show it ended"
 	problemAhead       = "journal ahead: the journal shows it ended but its last effect never happened"
@@ -48,7 +49,7 @@ const (
 	problemUnannounced = "started though its start reported a failure"
 )
 
-var problemOrder = []string{problemLost, problemDouble, problemMissing, problemAhead, problemBehind, problemUnfinished, problemUnannounced}
+var problemOrder = []string{problemLost, problemJoinTwice, problemDouble, problemMissing, problemAhead, problemBehind, problemUnfinished, problemUnannounced}
 
 // evidenceRuns is how many runs of each problem the evidence shows.
 const evidenceRuns = 5
@@ -120,11 +121,19 @@ func (s *session) account(ctx context.Context, r *row, progress io.Writer) {
 		}
 		double := false
 		for step, applied := range f.effects {
-			if len(applied) > 1 {
+			isJoin := strings.HasPrefix(step, chaosflow.JoinPrefix)
+			if isJoin {
+				r.Joins++
+			}
+			switch {
+			case len(applied) > 1 && isJoin:
+				r.JoinsTwice += len(applied) - 1
+				problems[problemJoinTwice] = append(problems[problemJoinTwice], f)
+			case len(applied) > 1:
 				r.DoubleEffects += len(applied) - 1
 				double = true
 			}
-			if !slices.Contains(s.expected, step) {
+			if !s.expectedSet[step] {
 				s.fail("run %s applied an effect no step of it has: %q", f.id, step)
 			}
 		}
@@ -266,7 +275,7 @@ func (s *session) evidence(ctx context.Context, problems map[string][]*fate, pro
 		slices.SortFunc(fs, func(a, b *fate) int { return cmp.Compare(a.id, b.id) })
 		s.note("%d runs %s (evidence in %s)", len(fs), p, path)
 		switch p {
-		case problemDouble, problemLost:
+		case problemDouble, problemJoinTwice, problemLost:
 			// They fail the row by their counts.
 		case problemUnannounced:
 			// A start whose confirm was lost: the run is one all the same.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 )
@@ -21,11 +22,15 @@ type row struct {
 	// DuplicateDeliveries is the node's count of messages delivered again
 	// after the connection or channel they were delivered on died unacked.
 	DuplicateDeliveries int64 `json:"duplicate_deliveries"`
-	// DoubleEffects counts effects applied once too often.
-	DoubleEffects int      `json:"double_effects"`
-	Seconds       float64  `json:"seconds"`
-	OK            bool     `json:"ok"`
-	Notes         []string `json:"notes,omitempty"`
+	// DoubleEffects counts steps' effects applied once too often.
+	DoubleEffects int `json:"double_effects"`
+	// Joins counts the joins that fired (a Parallel's or a ForEach's,
+	// once per run each); JoinsTwice the firings beyond the first of one.
+	Joins      int      `json:"joins"`
+	JoinsTwice int      `json:"joins_fired_twice"`
+	Seconds    float64  `json:"seconds"`
+	OK         bool     `json:"ok"`
+	Notes      []string `json:"notes,omitempty"`
 }
 
 // report prints rows as a table with each scenario's notes under it, or
@@ -37,14 +42,19 @@ func report(w io.Writer, format string, rows []row) error {
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tsent\tcompleted\tlost\tduplicate deliveries\tdouble effects\ttime\tresult")
+	fmt.Fprintln(tw, "scenario\tsent\tcompleted\tlost\tduplicate deliveries\tjoins fired twice\tdouble effects\ttime\tresult")
 	for _, r := range rows {
 		result := "ok"
 		if !r.OK {
 			result = "FAILED"
 		}
-		fmt.Fprintf(tw, "%d. %s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Scenario, r.Name, r.Sent, r.Completed, r.Lost,
-			r.DuplicateDeliveries, r.DoubleEffects, time.Duration(r.Seconds*float64(time.Second)).Round(100*time.Millisecond), result)
+		// A flow without forks has no join to fire twice.
+		joins := "-"
+		if r.Joins > 0 {
+			joins = strconv.Itoa(r.JoinsTwice)
+		}
+		fmt.Fprintf(tw, "%d. %s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", r.Scenario, r.Name, r.Sent, r.Completed, r.Lost,
+			r.DuplicateDeliveries, joins, r.DoubleEffects, time.Duration(r.Seconds*float64(time.Second)).Round(100*time.Millisecond), result)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -15,9 +15,10 @@ import (
 type scenario struct {
 	n    int
 	name string
-	// runs is the scenario's own size.
-	runs int
-	// flow is chaosflow.Pipeline or chaosflow.Saga.
+	// runs is the scenario's own size; short its size in -short (0: not
+	// in the short form).
+	runs, short int
+	// flow is chaosflow.Pipeline, chaosflow.Saga or chaosflow.Forks.
 	flow    string
 	workers int
 	// workMillis is how long each step works before its effect (see
@@ -47,13 +48,15 @@ var suites = map[string][]scenario{"chaos": scenarios, "cluster": clusterScenari
 
 // scenarios are the scenarios of docs/chaos.md, in order.
 var scenarios = []scenario{
-	{n: 1, name: "broker closes every connection every 2 s", runs: 20000, flow: chaosflow.Pipeline, workers: 3, fault: closeConnections, faultFirst: true},
+	{n: 1, name: "broker closes every connection every 2 s", runs: 20000, short: 2000, flow: chaosflow.Pipeline, workers: 3, fault: closeConnections, faultFirst: true},
 	{n: 2, name: "RabbitMQ node stopped and started", runs: 5000, flow: chaosflow.Pipeline, workers: 2, workMillis: 2, fault: restartRabbitMQ},
 	{n: 3, name: "PostgreSQL restarted (journal, idempotency, outbox)", runs: 5000, flow: chaosflow.Pipeline, workers: 2, workMillis: 2,
 		outbox: true, fault: restartPostgreSQL},
-	{n: 4, name: "worker SIGKILLed with steps in flight", runs: 5000, flow: chaosflow.Pipeline, workers: 2, workMillis: 20, fault: killWorker},
+	{n: 4, name: "worker SIGKILLed with steps in flight", runs: 5000, short: 2000, flow: chaosflow.Pipeline, workers: 2, workMillis: 20, fault: killWorker},
 	{n: 5, name: "worker drained with SIGTERM under load", runs: 5000, flow: chaosflow.Pipeline, workers: 2, workMillis: 20, fault: drainWorker},
 	{n: 6, name: "worker killed while compensating", runs: 1000, flow: chaosflow.Saga, workers: 2, workMillis: 50, fault: killCompensating},
+	{n: 7, name: "forks: every connection closed every 2 s", runs: 20, flow: chaosflow.Forks, workers: 3, fault: closeConnections, faultFirst: true},
+	{n: 8, name: "forks: workers SIGKILLed with items in flight", runs: 20, short: 5, flow: chaosflow.Forks, workers: 2, workMillis: 5, fault: killForking},
 }
 
 // Outages of scenarios 2 and 3: long enough for every worker to notice,
@@ -189,6 +192,21 @@ func killCompensating(ctx context.Context, s *session) (func(context.Context), e
 	return nil, nil
 }
 
+// killForking SIGKILLs the oldest worker twice while the runs' items are
+// worked (at 30% and at 70% of their effects applied: a run of a thousand
+// items completes only near the end), starting another after each.
+func killForking(ctx context.Context, s *session) (func(context.Context), error) {
+	for _, frac := range []float64{0.3, 0.7} {
+		if err := s.waitEffects(ctx, frac); err != nil {
+			return nil, err
+		}
+		if err := s.killHolding(ctx, "step", func(key string) bool { return !isCompensation(key) }); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
 // killTries is how many workers killHolding kills, at most, to find one
 // that held what the scenario is about.
 const killTries = 3
@@ -223,7 +241,10 @@ func (s *session) killAndReplace(ctx context.Context) ([]string, error) {
 	if w == nil {
 		return nil, fmt.Errorf("no worker left to kill")
 	}
-	at := s.completedPercent(ctx)
+	at := fmt.Sprintf("%d%% %s", s.completedPercent(ctx), s.final)
+	if s.sc.flow == chaosflow.Forks {
+		at = fmt.Sprintf("%d%% of the effects applied", s.effectsPercent(ctx))
+	}
 	s.fleet.kill(w)
 	since, err := s.dbNow(ctx)
 	if err != nil {
@@ -247,8 +268,8 @@ func (s *session) killAndReplace(ctx context.Context) ([]string, error) {
 	if !s.cfg.expireDeadClaims {
 		how = "left to their 5-minute lease"
 	}
-	s.note("%s SIGKILLed at %s (%d%% %s) holding %d steps and %d compensations (%s); %s started",
-		w.name, stamp(s.fleet.killedAt(w.name)), at, s.final, len(keys)-comps, comps, how, nw.name)
+	s.note("%s SIGKILLed at %s (%s) holding %d steps and %d compensations (%s); %s started",
+		w.name, stamp(s.fleet.killedAt(w.name)), at, len(keys)-comps, comps, how, nw.name)
 	return keys, nil
 }
 

@@ -48,18 +48,21 @@ type session struct {
 	flow       string
 	final      journal.Status
 	lastEffect string
-	expected   []string
-	ladder     string
-	dbURL      string
-	logFile    *os.File
-	log        *slog.Logger
-	pool       *pgxpool.Pool
-	conn       *broker.Conn
-	eng        *engine.Engine
-	jr         *persistence.SQLJournal
-	outbox     *persistence.SQLOutboxStore
-	relay      *patterns.OutboxRelay
-	fleet      *fleet
+	// expected are the effects each run applies once, in order;
+	// expectedSet holds the same, to look them up.
+	expected    []string
+	expectedSet map[string]bool
+	ladder      string
+	dbURL       string
+	logFile     *os.File
+	log         *slog.Logger
+	pool        *pgxpool.Pool
+	conn        *broker.Conn
+	eng         *engine.Engine
+	jr          *persistence.SQLJournal
+	outbox      *persistence.SQLOutboxStore
+	relay       *patterns.OutboxRelay
+	fleet       *fleet
 
 	mu       sync.Mutex
 	notes    []string
@@ -89,8 +92,11 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 			s.close()
 		}
 	}()
-	if cfg.runs > 0 {
+	switch {
+	case cfg.runs > 0:
 		s.runs = cfg.runs
+	case cfg.short && sc.short > 0:
+		s.runs = sc.short
 	}
 	if sc.tls {
 		cfg.amqpURL = cfg.tlsAMQPURL
@@ -104,10 +110,19 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 	}
 	s.flow = s.prefix + "." + sc.flow
 	s.ladder = s.prefix + ".schedule"
-	s.final, s.lastEffect, s.expected = journal.Completed, "c", chaosflow.PipelineSteps
-	if sc.flow == chaosflow.Saga {
+	expected := chaosflow.PipelineSteps
+	s.final, s.lastEffect = journal.Completed, "c"
+	switch sc.flow {
+	case chaosflow.Saga:
 		s.final, s.lastEffect = journal.Compensated, chaosflow.SagaUndos[len(chaosflow.SagaUndos)-1]
-		s.expected = append(append([]string(nil), chaosflow.SagaSteps...), chaosflow.SagaUndos...)
+		expected = append(append([]string(nil), chaosflow.SagaSteps...), chaosflow.SagaUndos...)
+	case chaosflow.Forks:
+		s.lastEffect, expected = chaosflow.ForksLast, chaosflow.ForksEffects()
+	}
+	s.expected = expected
+	s.expectedSet = make(map[string]bool, len(expected))
+	for _, e := range expected {
+		s.expectedSet[e] = true
 	}
 	if s.logFile, err = os.Create(filepath.Join(cfg.logs, s.prefix+"-driver.log")); err != nil {
 		return nil, fmt.Errorf("driver log: %w", err)
@@ -284,7 +299,7 @@ func (s *session) finish(ctx context.Context, r row, progress io.Writer) row {
 	for _, f := range s.failures {
 		r.Notes = append(r.Notes, "fail: "+f)
 	}
-	r.OK = len(s.failures) == 0 && r.Lost == 0 && r.DoubleEffects == 0 && r.Completed == r.Sent && r.Sent > 0
+	r.OK = len(s.failures) == 0 && r.Lost == 0 && r.DoubleEffects == 0 && r.JoinsTwice == 0 && r.Completed == r.Sent && r.Sent > 0
 	return r
 }
 
@@ -457,6 +472,33 @@ func (s *session) waitFraction(ctx context.Context, frac float64) error {
 			return err
 		}
 	}
+}
+
+// waitEffects waits until frac of every effect the scenario's runs are to
+// apply has been applied: a kill then lands in the middle of the runs'
+// work, which for a flow of a thousand items per run is long before any
+// run completes.
+func (s *session) waitEffects(ctx context.Context, frac float64) error {
+	want := int(frac * float64(s.runs*len(s.expected)))
+	for {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+chaosflow.EffectsTable).Scan(&n)
+		if err == nil && n >= want {
+			return nil
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// effectsPercent is the share of the runs' effects applied, for notes.
+func (s *session) effectsPercent(ctx context.Context) int {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+chaosflow.EffectsTable).Scan(&n); err != nil || s.runs == 0 {
+		return 0
+	}
+	return n * 100 / (s.runs * len(s.expected))
 }
 
 // completedPercent is the share of runs ended as they should, for notes.

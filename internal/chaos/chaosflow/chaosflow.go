@@ -40,7 +40,48 @@ const (
 	// Saga is the flow whose last step always fails after two compensable
 	// steps: every run ends compensated.
 	Saga = "saga"
+	// Forks is the flow that branches and joins: a ForEach over
+	// ForEachItems items (one item step each, ForEachConcurrency in
+	// flight), its join, a Parallel of the ForkBranches, its join, and
+	// ForksLast.
+	Forks = "forks"
 )
+
+// The forks flow's shape and effect names. Each item applies ItemEffect(i);
+// each join applies its own effect, JoinPrefix and the fork's name, in
+// the transaction that records that it fired: two rows of one are a join
+// fired twice.
+const (
+	ForEachItems       = 1000
+	ForEachConcurrency = 100
+	JoinPrefix         = "join-"
+	JoinItems          = JoinPrefix + "items"
+	JoinBranches       = JoinPrefix + "branches"
+	ForksLast          = "done"
+)
+
+// ForkBranches are the Parallel's branches, one step each.
+var ForkBranches = []string{"x", "y", "z"}
+
+// ItemEffect is the effect name of item i of the forks flow's ForEach.
+func ItemEffect(i int) string { return fmt.Sprintf("item-%04d", i) }
+
+// ForksEffects are the effects every run of the forks flow applies once.
+func ForksEffects() []string {
+	out := make([]string, 0, ForEachItems+len(ForkBranches)+3)
+	for i := range ForEachItems {
+		out = append(out, ItemEffect(i))
+	}
+	out = append(out, JoinItems)
+	out = append(out, ForkBranches...)
+	return append(out, JoinBranches, ForksLast)
+}
+
+// Item is what each item step of the forks flow gets.
+type Item struct {
+	I          int `json:"i"`
+	WorkMillis int `json:"work_ms,omitempty"`
+}
 
 // The steps of the flows, in order, and the effect names of the saga's
 // compensations.
@@ -126,8 +167,8 @@ func (e *Effects) Apply(ctx context.Context, o Order, step string) error {
 	return nil
 }
 
-// Flows are the chaos flows, named prefix.Pipeline and prefix.Saga, their
-// effects applied by fx.
+// Flows are the chaos flows, named prefix.Pipeline, prefix.Saga and
+// prefix.Forks, their effects applied by fx.
 func Flows(prefix string, fx *Effects) []*dsl.FlowDef {
 	step := func(name string) func(context.Context, Order) (Order, error) {
 		return func(ctx context.Context, o Order) (Order, error) { return o, fx.Apply(ctx, o, name) }
@@ -147,7 +188,52 @@ func Flows(prefix string, fx *Effects) []*dsl.FlowDef {
 		saga = append(saga, dsl.Step(s, step(s)).Retry(StepRetry).Compensate(undo(s)).CompensateRetry(StepRetry).Transactional())
 	}
 	saga = append(saga, dsl.Step("ship", ship))
-	return []*dsl.FlowDef{dsl.Flow(prefix+"."+Pipeline, pipeline...), dsl.Flow(prefix+"."+Saga, saga...)}
+	return []*dsl.FlowDef{dsl.Flow(prefix+"."+Pipeline, pipeline...), dsl.Flow(prefix+"."+Saga, saga...), forks(prefix, fx, step)}
+}
+
+// forks is the flow prefix.Forks. Its joins check what they are given,
+// every output in order, so that a join fired early or short fails the
+// run rather than passing.
+func forks(prefix string, fx *Effects, step func(string) func(context.Context, Order) (Order, error)) *dsl.FlowDef {
+	items := func(_ context.Context, o Order) ([]Item, error) {
+		out := make([]Item, ForEachItems)
+		for i := range out {
+			out[i] = Item{I: i, WorkMillis: o.WorkMillis}
+		}
+		return out, nil
+	}
+	item := func(ctx context.Context, it Item) (Item, error) {
+		return it, fx.Apply(ctx, Order{WorkMillis: it.WorkMillis}, ItemEffect(it.I))
+	}
+	joinItems := func(ctx context.Context, o Order, outs []Item) (Order, error) {
+		if len(outs) != ForEachItems {
+			return o, broker.Fatal(fmt.Errorf("join %s: %d items back, want %d", JoinItems, len(outs), ForEachItems))
+		}
+		for i, it := range outs {
+			if it.I != i {
+				return o, broker.Fatal(fmt.Errorf("join %s: item %d in place %d", JoinItems, it.I, i))
+			}
+		}
+		return o, fx.Apply(ctx, o, JoinItems)
+	}
+	joinBranches := func(ctx context.Context, o Order, x, y, z Order) (Order, error) {
+		for _, b := range []Order{x, y, z} {
+			if b.ID != o.ID {
+				return o, broker.Fatal(fmt.Errorf("join %s: a branch of run %q came back with %q", JoinBranches, o.ID, b.ID))
+			}
+		}
+		return o, fx.Apply(ctx, o, JoinBranches)
+	}
+	branches := make([]*dsl.BranchDef, len(ForkBranches))
+	for i, b := range ForkBranches {
+		branches[i] = dsl.Branch(dsl.Step(b, step(b)).Retry(StepRetry).Transactional())
+	}
+	return dsl.Flow(prefix+"."+Forks,
+		dsl.Example(Order{ID: "example"}),
+		dsl.ForEach("items", items, dsl.Step("item", item).Retry(StepRetry).Transactional(), joinItems).
+			Concurrency(ForEachConcurrency).Transactional(),
+		dsl.Parallel("branches", branches...).Join(joinBranches).Transactional(),
+		dsl.Step(ForksLast, step(ForksLast)).Retry(StepRetry).Transactional())
 }
 
 // WorkerName names this process in the effects it applies: its pid,

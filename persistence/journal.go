@@ -50,6 +50,7 @@ type SQLJournal struct {
 	joinSQL    joinStatements
 	retention  time.Duration
 	purgeBatch int
+	settles    settler
 }
 
 var (

@@ -131,12 +131,14 @@ func (j *SQLJournal) FailJoin(ctx context.Context, runID, key string) error {
 }
 
 // Settle records how branch ended, once, and returns the decision
-// journal.Decide makes of it (journal.JoinStore). It is one statement (one
-// round trip, one transaction): it locks the join's row, so that the
-// settles of one join follow each other, inserts the branch's row with its
-// decision unless the branch has one, and updates the join's counts; a
-// branch settled before gets the decision stored with it, and its s is
-// ignored. Settles of other joins do not wait for each other. It refuses,
+// journal.Decide makes of it (journal.JoinStore). It is one statement: it
+// locks the join's row, so that the settles of one join follow each other,
+// inserts the branch's row with its decision unless the branch has one,
+// and updates the join's counts; a branch settled before gets the decision
+// stored with it, and its s is ignored. The settles of one join that this
+// journal is asked for while one of them is being written are written
+// next, together, in one transaction. Settles of other joins do not wait
+// for each other. It refuses,
 // with journal.ErrInvalidJoin, a branch the join has not handed out.
 func (j *SQLJournal) Settle(ctx context.Context, runID, key string, branch int, s journal.Settled) (journal.Decision, error) {
 	if err := checkJoinKey(runID, key); err != nil {
@@ -147,12 +149,11 @@ func (j *SQLJournal) Settle(ctx context.Context, runID, key string, branch int, 
 	if branch >= 0 && branch <= math.MaxInt32 {
 		b = int32(branch)
 	}
-	var (
-		dispatched int
-		prior, ins nullDecision
-	)
-	err := j.db.QueryRow(ctx, j.joinSQL.settle, runID, key, b, s.OK, s.Output, s.Entries).
-		Scan(&dispatched, &prior.next, &prior.last, &prior.failed, &ins.next, &ins.last, &ins.failed)
+	r := &settleReq{runID: runID, key: key, branch: b, s: s}
+	if err := j.settles.do(ctx, r, j.writeSettles); err != nil {
+		return journal.Decision{}, fmt.Errorf("journal %s: settle branch %d of join %q of run %q: %w", j.t.RunBranches, branch, key, runID, err)
+	}
+	err, dispatched, prior, ins := r.err, r.row.dispatched, r.row.prior, r.row.ins
 	switch {
 	case isNoRows(err):
 		return journal.Decision{}, j.joinNotFound(runID, key)

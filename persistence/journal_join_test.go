@@ -26,6 +26,17 @@ func TestSQLJournalJoinConformance(t *testing.T) {
 	})
 }
 
+// TestSQLJournalSettlesOfTwoWorkers: two journals on one database, as two
+// workers have, settle one join's branches side by side, each batching
+// what it is asked at once: every branch is handed out once and one
+// decision is the last.
+func TestSQLJournalSettlesOfTwoWorkers(t *testing.T) {
+	t.Parallel()
+	db := pool(t)
+	tb := tables(t, db)
+	journaltest.ConcurrentSettles(t, sqlJournal(t, db, tb, persistence.SQLJournalConfig{}), sqlJournal(t, db, tb, persistence.SQLJournalConfig{}))
+}
+
 // TestSQLJournalJoinsGoWithTheirRun: PurgeEnded deletes a purged run's
 // joins with their branches and items, and nothing of the runs it keeps.
 func TestSQLJournalJoinsGoWithTheirRun(t *testing.T) {

@@ -278,7 +278,17 @@ func settledOnce(t *testing.T, js journal.JoinStore) {
 // branch twice at the same moment (a redelivery), handing out the next
 // branches as their decisions say: every branch is handed out once, both
 // settles of a branch get one decision, and exactly one is Last.
-func concurrentSettles(t *testing.T, js journal.JoinStore) {
+func concurrentSettles(t *testing.T, js journal.JoinStore) { ConcurrentSettles(t, js) }
+
+// ConcurrentSettles is the conformance suite's concurrent settles with
+// the settles spread over stores, which share one database as the workers
+// of one deployment do: workers settle every branch of one join at once,
+// each branch twice side by side (a redelivery) through two of the
+// stores, and every branch is handed out once, one of them is the last,
+// and both settles of a branch get one decision.
+func ConcurrentSettles(t *testing.T, stores ...journal.JoinStore) {
+	require.NotEmpty(t, stores)
+	js := stores[0]
 	const (
 		run, key       = "c1", "each/0/1"
 		total, limit   = 200, 20
@@ -313,7 +323,7 @@ func concurrentSettles(t *testing.T, js journal.JoinStore) {
 		cancel()
 	}
 	var wg sync.WaitGroup
-	for range workers {
+	for w := range workers {
 		wg.Go(func() {
 			for {
 				var b int
@@ -335,7 +345,7 @@ func concurrentSettles(t *testing.T, js journal.JoinStore) {
 							// the store keeps, it keeps it whole.
 							s.Entries = []byte(redeliveryMark)
 						}
-						ds[i], errs[i] = js.Settle(ctx, run, key, b, s)
+						ds[i], errs[i] = stores[(w+i)%len(stores)].Settle(ctx, run, key, b, s)
 					})
 				}
 				both.Wait()

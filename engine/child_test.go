@@ -84,3 +84,45 @@ func TestChildRunReturnsToItsParent(t *testing.T) {
 		require.Equal(t, 1, ef.get(doomed, "undo-charge"))
 	})
 }
+
+// TestAChildThatFailsInABranchFailsItsStep: a child run whose branch is
+// given up fails at its fork, not at a step of its main line; its parent
+// hears it as from any failed child: the Child step fails, and the parent
+// is compensated.
+func TestAChildThatFailsInABranchFailsItsStep(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		childName := fx.name + "-child"
+		child := dsl.Flow(childName,
+			dsl.Parallel("fulfil",
+				dsl.Branch(dsl.Step("pick", appendStep(ef, "pick"))),
+				dsl.Branch(dsl.Step("book", func(ctx context.Context, o Order) (Order, error) {
+					m, _ := broker.Handling(ctx)
+					ef.add(m.RunID, "book")
+					return o, broker.Fatal(errors.New("no courier"))
+				}))).
+				Join(func(_ context.Context, o Order, picked, booked Order) (Order, error) { return o, nil }))
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("charge", appendStep(ef, "charge")).Compensate(func(ctx context.Context, o Order) error {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, "undo-charge")
+				return nil
+			}),
+			dsl.Child[Order, Order]("ship", child).Retry(broker.NoRetry()),
+			dsl.Step("notify", appendStep(ef, "notify"))))
+		cx := &fixture{t: t, h: h, conn: fx.conn, eng: fx.eng, journal: fx.journal, name: childName}
+		cx.register(child)
+		fx.work()
+
+		run := fx.start(Order{ID: "o1"})
+		r := fx.waitStatus(run, journal.Compensated, 15*time.Second)
+		require.Contains(t, r.Error, "no courier", "the child's reason is the step's")
+		require.Equal(t, 1, ef.get(run, "undo-charge"))
+		require.Zero(t, ef.get(run, "notify"), "the parent did not go on")
+		c, err := fx.eng.Journal().Run(context.Background(), run+".ship")
+		require.NoError(t, err)
+		require.NotEqual(t, journal.Completed, c.Status)
+		require.Equal(t, 1, ef.get(run+".ship", "book"))
+	})
+}

@@ -410,16 +410,26 @@ func (e *Engine) compensateJoin(ctx context.Context, f *flow, m *broker.Message,
 		why = given
 	}
 	fork := parent.Route[parent.Pos]
+	reason := why
+	if reason == "" {
+		reason = "a branch of " + fork + " was given up"
+	}
+	// A child run failed at its fork is a failed child, as one given up on
+	// its main line is: its parent's step hears it first.
+	var p parentRef
+	if found, err := readJSONHeader(m.Headers, HeaderParent, &p); err != nil {
+		return err
+	} else if found {
+		if err := e.childFailed(ctx, &delivery{m: m, parent: &p}, errors.New(reason)); err != nil {
+			return err
+		}
+	}
 	if len(state.Compensate) == 0 {
 		return e.branchesUndone(ctx, f, m, ref, st, fork)
 	}
 	base := *m
 	base.Headers = m.Headers.Clone()
 	delete(base.Headers, HeaderBranch)
-	reason := why
-	if reason == "" {
-		reason = "a branch of " + fork + " was given up"
-	}
 	_, _, err = e.startCompensation(ctx, f, &base, state, nil, fork, reason, 0)
 	return err
 }

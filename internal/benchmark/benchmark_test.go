@@ -84,6 +84,7 @@ func TestRunOnTheEmbeddedBroker(t *testing.T) {
 		"request/reply, 16 callers", "request/reply, 16 callers, p50", "request/reply, 16 callers, p99",
 	}, names(rep))
 	require.Contains(t, rep.Skipped, "outbox: needs a database")
+	require.Contains(t, rep.Skipped, "fanout: needs a database")
 	requireConsistent(t, rep, &p)
 	for _, r := range rep.Results {
 		if r.Scenario == "ladder" {
@@ -99,10 +100,14 @@ func TestRunRefusesWhatItCannotDo(t *testing.T) {
 	url := "memory://" + testenv.Name(t, "bench")
 	_, err := benchmark.Run(t.Context(), benchmark.Config{URL: url, N: 10}, []string{"outbox"})
 	require.ErrorIs(t, err, benchmark.ErrNoDatabase)
+	_, err = benchmark.Run(t.Context(), benchmark.Config{URL: url, N: 10}, []string{"fanout"})
+	require.ErrorIs(t, err, benchmark.ErrNoDatabase)
+	_, err = benchmark.Run(t.Context(), benchmark.Config{URL: url, FanoutItems: -1}, nil)
+	require.ErrorContains(t, err, "fan-out items")
 	_, err = benchmark.Run(t.Context(), benchmark.Config{URL: url, ID: "Not-Valid"}, nil)
 	require.ErrorContains(t, err, "lower-case")
 	_, err = benchmark.ParseOnly("core,nope")
-	require.ErrorContains(t, err, `unknown scenario "nope", want some of core,flow,ladder,outbox,request`)
+	require.ErrorContains(t, err, `unknown scenario "nope", want some of core,flow,ladder,outbox,request,fanout`)
 	only, err := benchmark.ParseOnly(" request, core,core")
 	require.NoError(t, err)
 	require.Equal(t, []string{"core", "request"}, only)
@@ -147,12 +152,16 @@ func TestRunOnRabbitMQAndPostgreSQL(t *testing.T) {
 		"ladder lateness p50", "ladder lateness p99",
 		"outbox relay",
 		"request/reply, 16 callers", "request/reply, 16 callers, p50", "request/reply, 16 callers, p99",
+		"ForEach in one run", "ForEach in one run, peak RSS",
 	}, names(rep))
 	require.Empty(t, rep.Skipped)
 	requireConsistent(t, rep, &p)
 	for _, r := range rep.Results {
 		require.NotEmpty(t, r.Baseline, r.Name)
-		if r.Unit != "ms" || r.Name == "ladder lateness p50" {
+		if r.Scenario == "fanout" {
+			require.Equal(t, 10*cfg.N, r.Messages, "%s: 10 N items, and as many runs", r.Name)
+		}
+		if (r.Unit != "ms" && r.Unit != "MB") || r.Name == "ladder lateness p50" {
 			require.Positive(t, r.CPU, r.Name)
 			require.Positive(t, r.BaselineCPU, r.Name)
 		}

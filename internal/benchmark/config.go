@@ -39,6 +39,9 @@ type Config struct {
 	// lower-case letters and digits ("" = random ones). Queues and
 	// exchanges start with Prefix(ID), tables with TablePrefix(ID).
 	ID string
+	// FanoutItems is how many items the fan-out's one run hands out, and
+	// how many one-step runs its baseline makes (0 = 10 N).
+	FanoutItems int
 	// LadderDelay is the mean delay of the ladder figure's messages, which
 	// are spread from half to one and a half of it and scheduled over one
 	// LadderDelay; the baseline's TTL is LadderDelay (0 =
@@ -85,6 +88,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !validID.MatchString(c.ID) {
 		return c, fmt.Errorf("benchmark: ID %q, want 1 to 12 lower-case letters and digits", c.ID)
+	}
+	if c.FanoutItems < 0 {
+		return c, fmt.Errorf("benchmark: %d fan-out items, want at least 1", c.FanoutItems)
+	}
+	if c.FanoutItems == 0 {
+		c.FanoutItems = 10 * c.N
 	}
 	if c.LadderDelay <= 0 {
 		c.LadderDelay = DefaultLadderDelay

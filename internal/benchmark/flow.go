@@ -108,58 +108,54 @@ func Flow(ctx context.Context, cfg Config) ([]Result, error) {
 // a worker on cfg.URL, with the run journal on cfg.DB when onPostgres (in
 // memory otherwise) and the idempotency store in memory. Latencies are
 // from a run's start to its last step.
-func FlowEngine(ctx context.Context, cfg Config, onPostgres bool) (_ Measurement, err error) {
+func FlowEngine(ctx context.Context, cfg Config, onPostgres bool) (Measurement, error) {
+	journal := inMemory
+	if onPostgres {
+		journal = journalOnPostgres
+	}
+	return engineRuns(ctx, cfg, journal, []string{"validate", "charge", "ship"}, cfg.N)
+}
+
+// Where engineRuns keeps the run journal and the idempotency store.
+const (
+	inMemory          = iota // both in memory
+	journalOnPostgres        // the journal on cfg.DB, the store in memory
+	allOnPostgres            // both on cfg.DB, as workers that share them keep them
+)
+
+// engineRuns runs n runs of a flow of the named steps, each passing its
+// payload on, as FlowEngine describes, with the journal and store where
+// where says.
+func engineRuns(ctx context.Context, cfg Config, where int, steps []string, n int) (_ Measurement, err error) {
 	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
 	}
 	defer s.close(ctx, &err)
-	conn, err := s.open(ctx)
+	eng, err := s.engine(ctx, where)
 	if err != nil {
 		return Measurement{}, err
 	}
-	ecfg := engine.Config{Conn: conn, Concurrency: FlowConcurrency, Logger: cfg.Logger}
-	if onPostgres {
-		t, err := s.migratedTables(ctx)
-		if err != nil {
-			return Measurement{}, err
-		}
-		if ecfg.Journal, err = persistence.NewSQLJournal(cfg.DB, persistence.SQLJournalConfig{Tables: t}); err != nil {
-			return Measurement{}, fmt.Errorf("run journal: %w", err)
-		}
-	}
-	eng, err := engine.New(ecfg)
-	if err != nil {
-		return Measurement{}, fmt.Errorf("engine: %w", err)
-	}
-	s.closing("close the engine", eng.Close)
-	n := cfg.N
 	lat, cd, window := newLatencies(n), newCountdown(n), newWindow(FlowInFlight)
 	pass := func(_ context.Context, p FlowPayload) (FlowPayload, error) { return p, nil }
-	name := cfg.name("flow")
-	f := dsl.Flow(name,
-		dsl.Step("validate", pass).Prefetch(FlowPrefetch),
-		dsl.Step("charge", pass).Prefetch(FlowPrefetch),
-		dsl.Step("ship", func(_ context.Context, p FlowPayload) (FlowPayload, error) {
-			lat.add(time.Since(p.Started))
-			cd.add()
-			window.release()
-			return p, nil
-		}).Prefetch(FlowPrefetch))
-	if err := eng.Register(f); err != nil {
-		return Measurement{}, fmt.Errorf("register the flow: %w", err)
+	parts := make([]dsl.Part, len(steps))
+	for i, st := range steps {
+		fn := pass
+		if i == len(steps)-1 {
+			fn = func(_ context.Context, p FlowPayload) (FlowPayload, error) {
+				lat.add(time.Since(p.Started))
+				cd.add()
+				window.release()
+				return p, nil
+			}
+		}
+		parts[i] = dsl.Step(st, fn).Prefetch(FlowPrefetch)
 	}
-	fi, err := eng.Flow(name)
-	if err != nil {
+	name := cfg.name("flow")
+	if err := s.serve(ctx, eng, dsl.Flow(name, parts...)); err != nil {
 		return Measurement{}, err
 	}
-	deleteFlow(s, fi)
-	w, err := eng.StartWorker(ctx)
-	if err != nil {
-		return Measurement{}, fmt.Errorf("start a worker: %w", err)
-	}
-	s.closing("close the worker", w.Close)
-	return measureCounted(ctx, n, FlowSteps*n, FlowStarters, cd, lat, "flow runs through the engine",
+	return measureCounted(ctx, n, len(steps)*n, FlowStarters, cd, lat, "flow runs through the engine",
 		func(ctx context.Context, _ int) error {
 			if err := window.acquire(ctx); err != nil {
 				return err
@@ -169,6 +165,56 @@ func FlowEngine(ctx context.Context, cfg Config, onPostgres bool) (_ Measurement
 			}
 			return nil
 		})
+}
+
+// engine is an engine on a connection of the scope's own, with
+// FlowConcurrency handlers per step and the journal and store where where
+// says; it closes when the scope ends.
+func (s *scope) engine(ctx context.Context, where int) (*engine.Engine, error) {
+	conn, err := s.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ecfg := engine.Config{Conn: conn, Concurrency: FlowConcurrency, Logger: s.cfg.Logger}
+	if where != inMemory {
+		t, err := s.migratedTables(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ecfg.Journal, err = persistence.NewSQLJournal(s.cfg.DB, persistence.SQLJournalConfig{Tables: t}); err != nil {
+			return nil, fmt.Errorf("run journal: %w", err)
+		}
+		if where == allOnPostgres {
+			if ecfg.Store, err = persistence.NewSQLIdempotencyStore(s.cfg.DB, persistence.SQLIdempotencyStoreConfig{Tables: t}); err != nil {
+				return nil, fmt.Errorf("idempotency store: %w", err)
+			}
+		}
+	}
+	eng, err := engine.New(ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	s.closing("close the engine", eng.Close)
+	return eng, nil
+}
+
+// serve registers f on eng, deletes what it declares when the scope ends,
+// and starts a worker that the scope closes.
+func (s *scope) serve(ctx context.Context, eng *engine.Engine, f *dsl.FlowDef) error {
+	if err := eng.Register(f); err != nil {
+		return fmt.Errorf("register the flow: %w", err)
+	}
+	fi, err := eng.Flow(f.Name())
+	if err != nil {
+		return err
+	}
+	deleteFlow(s, fi)
+	w, err := eng.StartWorker(ctx)
+	if err != nil {
+		return fmt.Errorf("start a worker: %w", err)
+	}
+	s.closing("close the worker", w.Close)
+	return nil
 }
 
 // deleteFlow deletes what a flow declares when the scope ends.

@@ -14,7 +14,7 @@ import (
 )
 
 // Scenarios are the scenarios Run knows, in the order it measures them.
-var Scenarios = []string{"core", "flow", "ladder", "outbox", "request"}
+var Scenarios = []string{"core", "flow", "ladder", "outbox", "request", "fanout"}
 
 // scenario is one of Scenarios: its measurement, and how many steps it
 // reports through Config.Progress under cfg.
@@ -29,6 +29,7 @@ var scenarios = map[string]scenario{
 	"ladder":  {Ladder, func(Config) int { return 2 }},
 	"outbox":  {Outbox, func(Config) int { return 2 }},
 	"request": {Request, func(c Config) int { return 1 + boolInt(c.rabbit()) }},
+	"fanout":  {Fanout, func(Config) int { return 2 }},
 }
 
 func boolInt(b bool) int {
@@ -62,7 +63,7 @@ func ParseOnly(s string) ([]string, error) {
 
 // Run measures the scenarios named in only (nil = all of Scenarios), one
 // after the other, and reports every figure. Without cfg.DB the outbox
-// scenario is skipped (and said so in the report) unless only names it,
+// and fanout scenarios are skipped (and said so in the report) unless only names them,
 // which is then an error matching ErrNoDatabase. The first scenario that
 // fails ends the run with its error, after it deleted what it declared.
 func Run(ctx context.Context, cfg Config, only []string) (*Report, error) {
@@ -87,11 +88,11 @@ func Run(ctx context.Context, cfg Config, only []string) (*Report, error) {
 		if _, ok := scenarios[name]; !ok {
 			return nil, fmt.Errorf("unknown scenario %q, want some of %s", name, strings.Join(Scenarios, ","))
 		}
-		if name == "outbox" && cfg.DB == nil {
+		if (name == "outbox" || name == "fanout") && cfg.DB == nil {
 			if explicit {
-				return nil, fmt.Errorf("outbox: %w: it needs PostgreSQL", ErrNoDatabase)
+				return nil, fmt.Errorf("%s: %w: it needs PostgreSQL", name, ErrNoDatabase)
 			}
-			rep.Skipped = append(rep.Skipped, "outbox: needs a database")
+			rep.Skipped = append(rep.Skipped, name+": needs a database")
 			continue
 		}
 		run = append(run, name)

@@ -23,6 +23,7 @@ func (a *app) benchCommand() *cobra.Command {
 		n           int
 		only        string
 		ladderDelay time.Duration
+		fanoutItems int
 		output      outputFormat
 	)
 	cmd := &cobra.Command{
@@ -37,6 +38,8 @@ func (a *app) benchCommand() *cobra.Command {
 			"  ladder   how late delayed messages arrive through the scheduler ladder vs a TTL queue\n" +
 			"  outbox   outbox relay records/s vs sending the same messages (needs --database-url)\n" +
 			"  request  request/reply req/s, p50 and p99 at 16 callers vs amqp091-go\n" +
+			"  fanout   one run's ForEach over --fanout-items items: items/s and the peak RSS vs as many\n" +
+			"           runs of a one-step flow (needs --database-url)\n" +
 			"with this process's CPU per message (user+sys) for each side. RATIO is value / baseline\n" +
 			"(BETTER says which way is better), CPU RATIO is CPU / baseline CPU. The amqp091-go\n" +
 			"baselines need RabbitMQ. Everything it declares (queues, exchanges, tables) has a name\n" +
@@ -49,6 +52,9 @@ func (a *app) benchCommand() *cobra.Command {
 			}
 			if n < 1 {
 				return fmt.Errorf("--n %d: want at least 1", n)
+			}
+			if fanoutItems < 0 {
+				return fmt.Errorf("--fanout-items %d: want at least 1", fanoutItems)
 			}
 			if ladderDelay < 0 {
 				return fmt.Errorf("--ladder-delay %s: want a positive duration", ladderDelay)
@@ -63,7 +69,7 @@ func (a *app) benchCommand() *cobra.Command {
 			if url == "" {
 				return fmt.Errorf("bench: %w", ErrNoBroker)
 			}
-			cfg := benchmark.Config{URL: url, N: n, LadderDelay: ladderDelay, Logger: a.logger(cmd)}
+			cfg := benchmark.Config{URL: url, N: n, FanoutItems: fanoutItems, LadderDelay: ladderDelay, Logger: a.logger(cmd)}
 			if cfg.URL == EmbeddedURL {
 				// A named in-process broker, so that the run's connections
 				// share it.
@@ -77,8 +83,12 @@ func (a *app) benchCommand() *cobra.Command {
 			defer db.Close()
 			if db != nil {
 				cfg.DB, cfg.DatabaseName = db.Pool(), db.Name()
-			} else if only != "" && slices.Contains(scenarios, "outbox") {
-				return fmt.Errorf("--only outbox: %w", ErrNoDatabase)
+			} else if only != "" {
+				for _, needs := range []string{"outbox", "fanout"} {
+					if slices.Contains(scenarios, needs) {
+						return fmt.Errorf("--only %s: %w", needs, ErrNoDatabase)
+					}
+				}
 			}
 			var bar *progressbar.ProgressBar
 			if isTerminal(cmd) {
@@ -116,6 +126,7 @@ func (a *app) benchCommand() *cobra.Command {
 	cmd.Flags().IntVar(&n, "n", benchmark.DefaultN, "messages (runs, requests, records) per figure; the ladder delays n/5")
 	cmd.Flags().StringVar(&only, "only", "", "measure only these scenarios, comma-separated: "+strings.Join(benchmark.Scenarios, ",")+" (default: all)")
 	cmd.Flags().DurationVar(&ladderDelay, "ladder-delay", benchmark.DefaultLadderDelay, "mean delay of the ladder's messages (spread from half to one and a half of it), and the TTL of its baseline")
+	cmd.Flags().IntVar(&fanoutItems, "fanout-items", 0, "items of the fan-out's one run, and one-step runs of its baseline (default: 10 times --n)")
 	addOutputFlag(cmd, &output)
 	return cmd
 }

@@ -92,7 +92,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 	t.Parallel()
 	r := execute(t, nil, "bench", "--only", "core,nope")
 	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, `--only: unknown scenario "nope", want some of core,flow,ladder,outbox,request`)
+	require.Contains(t, r.stderr, `--only: unknown scenario "nope", want some of core,flow,ladder,outbox,request,fanout`)
 	r = execute(t, nil, "bench", "--n", "0")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "--n 0: want at least 1")
@@ -102,6 +102,12 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 	r = execute(t, nil, "bench", "--only", "outbox", "--url", "memory://")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "--only outbox: no database: set --database-url / ACEMQ_DATABASE_URL")
+	r = execute(t, nil, "bench", "--only", "core,fanout", "--url", "memory://")
+	require.NotZero(t, r.code)
+	require.Contains(t, r.stderr, "--only fanout: no database: set --database-url / ACEMQ_DATABASE_URL")
+	r = execute(t, nil, "bench", "--fanout-items", "-3", "--url", "memory://")
+	require.NotZero(t, r.code)
+	require.Contains(t, r.stderr, "--fanout-items -3: want at least 1")
 }
 
 // benchRow is one row of the bench table, its cells by column.
@@ -172,11 +178,13 @@ func TestBenchOnRabbitMQ(t *testing.T) {
 		"ladder lateness p50", "ladder lateness p99",
 		"outbox relay",
 		"request/reply, 16 callers", "request/reply, 16 callers, p50", "request/reply, 16 callers, p99",
+		"ForEach in one run", "ForEach in one run, peak RSS",
 	}
 	// The rows that show CPU for both sides: the throughput of each pair,
 	// and the ladder's (which has none).
 	withCPU := map[string]bool{"confirmed publish": true, "acknowledged consume": true, "3-step flow": true,
-		"3-step flow, journal on PostgreSQL": true, "ladder lateness p50": true, "outbox relay": true, "request/reply, 16 callers": true}
+		"3-step flow, journal on PostgreSQL": true, "ladder lateness p50": true, "outbox relay": true, "request/reply, 16 callers": true,
+		"ForEach in one run": true}
 
 	t.Run("table", func(t *testing.T) {
 		t.Parallel()
@@ -196,7 +204,7 @@ func TestBenchOnRabbitMQ(t *testing.T) {
 			unit := strings.SplitN(row["VALUE"], " ", 2)[1]
 			require.Equal(t, unit, strings.SplitN(row["BASELINE VALUE"], " ", 2)[1], what)
 			requireRatio(t, number(t, row["RATIO"]), value, base, what)
-			if unit == "ms" {
+			if unit == "ms" || unit == "MB" {
 				require.Equal(t, "lower", row["BETTER"], what)
 			} else {
 				require.Equal(t, "higher", row["BETTER"], what)

@@ -68,7 +68,7 @@ fuzz:
 chaos:
 	scripts/chaos.sh
 
-## chaos-short: scenarios 1 and 4 at 2,000 runs and 8 (forks) at 5, what CI runs
+## chaos-short: scenarios 1 and 4 at 2,000 runs and 7 (forks) at 5, what CI runs
 chaos-short:
 	scripts/chaos.sh -short
 

@@ -106,7 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.tlsAMQPURL, "tls-amqp-url", "", "cluster suite: the cluster's nodes over amqps://, with the client's TLS settings in the query")
 	fs.StringVar(&cfg.wrongCA, "wrong-ca", "", "cluster suite: a CA file that signed none of the cluster's certificates")
 	fs.IntVar(&cfg.runs, "runs", 0, "runs per scenario (0: each scenario's own size)")
-	fs.BoolVar(&cfg.short, "short", false, "the short form, what CI runs: scenarios 1 and 4 at 2,000 runs, 8 at 5 (with -scenarios, those at their short size)")
+	fs.BoolVar(&cfg.short, "short", false, "the short form, what CI runs: scenarios 1 and 4 at 2,000 runs, 7 at 5 (with -scenarios, those at their short size)")
 	fs.StringVar(&cfg.bin, "bin", "", "the chaos flow binary (go build ./internal/chaos/flowbin)")
 	fs.StringVar(&cfg.ctl, "ctl", "", "scripts/chaos.sh, whose ctl actions stop and start the services")
 	fs.StringVar(&cfg.logs, "logs", os.TempDir(), "directory for the workers' and the driver's logs")

@@ -206,10 +206,11 @@ func TestDemoRefusesBadInput(t *testing.T) {
 func TestDemoGivesUpAtItsTimeout(t *testing.T) {
 	t.Parallel()
 	url := "memory://" + testenv.Name(t, "demo")
-	// Run 4 waits three seconds for its ship_at.
+	// Run 4 waits three seconds for its ship_at, so some run cannot end
+	// in time (on a loaded machine an earlier one may be the first).
 	err := workflows.DemoConfig{URL: url, Timeout: 1500 * time.Millisecond, Logger: testenv.Logger(t)}.Run(t.Context(), &bytes.Buffer{})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorContains(t, err, "run 4")
+	require.Regexp(t, `^demo: run [1-4] \(\S+\) did not end: `, err.Error())
 	admin, err := broker.Open(t.Context(), url)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, admin.Close(context.Background())) })

@@ -320,23 +320,43 @@ func leadersNodeAway(ctx context.Context, s *session, how outage, down time.Dura
 	if err != nil {
 		return nil, err
 	}
+	nodes, err := nodeList(s.cfg.amqpURL)
+	if err != nil {
+		return nil, err
+	}
+	workers := s.workerNodes()
+	// The node leading most queues among those no worker is on: a worker
+	// may have dialled past a node still starting after the scenario
+	// before, and the scenario stops a node the workers are not on.
+	onWorker := func(node string) bool {
+		m := clusterNode.FindStringSubmatch(node)
+		if m == nil {
+			return false
+		}
+		var k int
+		fmt.Sscan(m[1], &k)
+		for _, w := range workers {
+			if k >= 1 && k <= len(nodes) && w == nodes[k-1] {
+				return true
+			}
+		}
+		return false
+	}
 	most := ""
 	for node, c := range count {
+		if onWorker(node) {
+			continue
+		}
 		if most == "" || c > count[most] || c == count[most] && node < most {
 			most = node
 		}
 	}
 	m := clusterNode.FindStringSubmatch(most)
 	if m == nil {
-		return nil, fmt.Errorf("no leader among the scenario's queues (%v)", count)
+		return nil, fmt.Errorf("no leader among the scenario's queues on a node no worker is on (%v; workers: %s)", count, describeNodes(workers))
 	}
 	var n int
 	fmt.Sscan(m[1], &n)
-	nodes, err := nodeList(s.cfg.amqpURL)
-	if err != nil {
-		return nil, err
-	}
-	workers := s.workerNodes()
 	for name, node := range workers {
 		if n <= len(nodes) && node == nodes[n-1] {
 			s.fail("%s is connected to %s, the node the scenario stops: the scenario is meant to stop a node the workers are not on", name, node)

@@ -11,6 +11,7 @@ import (
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/patterns"
 )
 
 // A Parallel or a ForEach (a fork) is one place in its run's route, with a
@@ -18,7 +19,9 @@ import (
 // back. Taking the run in opens the fork's join in the journal
 // (journal.JoinStore) and sends the first branches, each on a route of its
 // own: the branch's steps, then the fork's name, so that the last step's
-// hop, whoever serves it, brings the branch back to the fork's queue. Each
+// hop, whoever serves it, brings the branch back to the fork's queue (a
+// worker that serves the fork too settles the branch where its last step
+// ran, and sends only the arrival the join is due at: arriveHere). Each
 // branch coming back is settled in the join once; the decision the join
 // makes for it (hand out the next item, fire the join, compensate) is kept
 // with it, so a redelivery makes the same one. The join fires under a key
@@ -199,21 +202,12 @@ func (r *stepRunner) arrive(ctx context.Context, a *stepAttempt) broker.Ack {
 		return r.holdEnded(ctx, a)
 	}
 	ref := *d.branch
-	entries, err := json.Marshal(d.state)
+	dec, err := r.settleArrival(ctx, d)
 	if err != nil {
 		return broker.Retry(err)
 	}
-	dec, err := r.e.joins.Settle(ctx, d.m.RunID, ref.Join, ref.Branch, journal.Settled{OK: true, Output: d.m.Body, Entries: entries})
-	if err != nil {
-		return broker.Retry(fmt.Errorf("settle branch %d of fork %q: %w", ref.Branch, r.spec.Name, err))
-	}
-	if dec.Next >= 0 {
-		if err := r.sendItem(ctx, d.m, branchRef{Join: ref.Join, Branch: dec.Next, At: ref.At}); err != nil {
-			return broker.Retry(err)
-		}
-	}
 	a.result = resultArrived
-	a.extra = []journal.Event{r.arrivalEvent(a, ref, dec)}
+	a.extra = []journal.Event{r.arrivalEvent(d, ref, dec)}
 	switch {
 	case !dec.Last:
 		return broker.Accept()
@@ -226,8 +220,78 @@ func (r *stepRunner) arrive(ctx context.Context, a *stepAttempt) broker.Ack {
 	return r.fireJoin(ctx, a, ref)
 }
 
-// sendItem hands out item ref.Branch of a ForEach, read from the join.
-func (r *stepRunner) sendItem(ctx context.Context, m *broker.Message, ref branchRef) error {
+// settleArrival settles d's branch at r's fork with what its last step
+// returned (d's payload, and d's run state for the compensations), and
+// hands out the next item of a ForEach when the join says so. Both are
+// safe to do again: a branch settled before gets the decision it got
+// then, and an item goes with its own message id.
+func (r *stepRunner) settleArrival(ctx context.Context, d *delivery) (journal.Decision, error) {
+	ref := *d.branch
+	entries, err := json.Marshal(d.state)
+	if err != nil {
+		return journal.Decision{}, err
+	}
+	dec, err := r.e.joins.Settle(ctx, d.m.RunID, ref.Join, ref.Branch, journal.Settled{OK: true, Output: d.m.Body, Entries: entries})
+	if err != nil {
+		return journal.Decision{}, fmt.Errorf("settle branch %d of fork %q: %w", ref.Branch, r.spec.Name, err)
+	}
+	if dec.Next >= 0 {
+		if err := r.sendItem(ctx, d.m, branchRef{Join: ref.Join, Branch: dec.Next, At: ref.At}, dec.Item); err != nil {
+			return journal.Decision{}, err
+		}
+	}
+	return dec, nil
+}
+
+// arriveHere carries out k, the hop of a branch's last step to its fork
+// (at, served by this worker too), where the step ran: the branch is
+// settled at the fork (settleArrival) and the arrival recorded with the
+// step's events, without a message to the fork's queue. Only the arrival
+// the join is due at (the last branch back, which fires the join or
+// compensates a failed fork) is sent there, where the fork's handler
+// settles it again (getting the same decision) and goes on. A redelivery
+// of the step carries k out again, which settles nothing twice.
+func (r *stepRunner) arriveHere(ctx context.Context, a *stepAttempt, at *stepRunner, k kept) error {
+	runID := a.d.m.RunID
+	if err := r.e.putSpills(ctx, runID, k.spills); err != nil {
+		return &patterns.HopError{Step: r.spec.Name, To: k.out.RoutingKey, Err: err}
+	}
+	env, h, err := broker.EnvelopeOf(&k.out.Message)
+	if err != nil {
+		return &patterns.HopError{Step: r.spec.Name, To: k.out.RoutingKey, Err: err}
+	}
+	m := &broker.Message{Envelope: env, Headers: h, Body: k.out.Message.Body, Queue: at.queue, Exchange: k.out.Exchange, RoutingKey: k.out.RoutingKey}
+	d := readStep(m)
+	if d.err != nil || d.branch == nil {
+		return r.e.send(ctx, r.spec.Name, k)
+	}
+	dec, err := at.settleArrival(ctx, &d)
+	if err != nil {
+		return &patterns.HopError{Step: r.spec.Name, To: k.out.RoutingKey, Err: err}
+	}
+	if dec.Last {
+		return r.e.send(ctx, r.spec.Name, k)
+	}
+	a.extra = []journal.Event{at.arrivalEvent(&d, *d.branch, dec)}
+	return nil
+}
+
+// arrivesAt is the fork a branch's step hands k to, when this worker
+// serves it and nothing is between (no delay, no routing slip): nil
+// otherwise, and k goes as a message.
+func (r *stepRunner) arrivesAt(d *delivery, k kept) *stepRunner {
+	if d.branch == nil || d.slip != nil || k.kind != keptHop || !k.planned || !k.due.IsZero() || k.next != len(d.route)-1 {
+		return nil
+	}
+	return r.forks[d.route[k.next]]
+}
+
+// sendItem hands out item ref.Branch of a ForEach: item, or when that is
+// nil the item read from the join.
+func (r *stepRunner) sendItem(ctx context.Context, m *broker.Message, ref branchRef, item []byte) error {
+	if item != nil {
+		return r.sendBranch(ctx, m, ref, item)
+	}
 	items, err := r.e.joins.JoinItems(ctx, m.RunID, ref.Join, ref.Branch, 1)
 	if err != nil {
 		return fmt.Errorf("item %d of fork %q: %w", ref.Branch, r.spec.Name, err)
@@ -474,8 +538,8 @@ func (e *Engine) branchGivenUp(ctx context.Context, f *flow, m *broker.Message, 
 }
 
 // arrivalEvent is the journal's record of a branch back at its fork.
-func (r *stepRunner) arrivalEvent(a *stepAttempt, ref branchRef, dec journal.Decision) journal.Event {
-	m, now := a.d.m, r.e.now()
+func (r *stepRunner) arrivalEvent(d *delivery, ref branchRef, dec journal.Decision) journal.Event {
+	m, now := d.m, r.e.now()
 	outcome := fmt.Sprintf("branch %d arrived", ref.Branch)
 	if r.spec.Fork.ForEach {
 		outcome = fmt.Sprintf("item %d arrived", ref.Branch)
@@ -484,9 +548,9 @@ func (r *stepRunner) arrivalEvent(a *stepAttempt, ref branchRef, dec journal.Dec
 		outcome += " after another was given up"
 	}
 	return journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: r.spec.Name, Outcome: outcome,
-		StartedAt: now, EndedAt: now, Queue: r.queue, Replays: a.d.replays,
+		StartedAt: now, EndedAt: now, Queue: r.queue, Replays: d.replays,
 		// After every branch's steps (inBranch), before the join.
-		Seq: journal.Seq(a.d.replays, ref.At+1, 0xfd000|ref.Branch&0xfff, 3), Key: fmt.Sprintf("arrived/%s/%d", ref.Join, ref.Branch)}
+		Seq: journal.Seq(d.replays, ref.At+1, 0xfd000|ref.Branch&0xfff, 3), Key: fmt.Sprintf("arrived/%s/%d", ref.Join, ref.Branch)}
 }
 
 // forkOutcome is the outcome a fork records when it takes a run in.

@@ -73,8 +73,18 @@ type fixture struct {
 
 func newFixture(t *testing.T, h *brokertest.Harness, cfg engine.Config) *fixture {
 	t.Helper()
+	return newFixtureOn(t, h, broker.Config{}, cfg)
+}
+
+// newFixtureOn is newFixture on a connection opened with bcfg (its
+// InProgressDelay one second when it has none).
+func newFixtureOn(t *testing.T, h *brokertest.Harness, bcfg broker.Config, cfg engine.Config) *fixture {
+	t.Helper()
 	fx := &fixture{t: t, h: h, name: testenv.Name(t, "flow")}
-	fx.conn = h.Open(broker.Config{InProgressDelay: time.Second})
+	if bcfg.InProgressDelay == 0 {
+		bcfg.InProgressDelay = time.Second
+	}
+	fx.conn = h.Open(bcfg)
 	if cfg.Journal == nil {
 		j, err := journal.NewMemory(0)
 		require.NoError(t, err)

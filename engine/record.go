@@ -192,6 +192,10 @@ func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) 
 		for i := range events {
 			inBranch(&events[i], d.branch, d.pos)
 		}
+		if s.Outcome == broker.OutcomeLabelAccepted {
+			// Its branch settled at the fork here (arriveHere).
+			events = append(events, a.extra...)
+		}
 	}
 	return events
 }

@@ -21,6 +21,12 @@ import (
 
 // runsStarted is acemq.flow.runs.started for flow as reader last saw it.
 func runsStarted(t *testing.T, reader *sdkmetric.ManualReader, flow string) int64 {
+	return counted(t, reader, "acemq.flow.runs.started", "flow", flow)
+}
+
+// counted is the int64 counter name, summed over its series whose
+// attribute key is value, as reader last saw it.
+func counted(t *testing.T, reader *sdkmetric.ManualReader, name, key, value string) int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
@@ -28,11 +34,11 @@ func runsStarted(t *testing.T, reader *sdkmetric.ManualReader, flow string) int6
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			sum, ok := m.Data.(metricdata.Sum[int64])
-			if m.Name != "acemq.flow.runs.started" || !ok {
+			if m.Name != name || !ok {
 				continue
 			}
 			for _, dp := range sum.DataPoints {
-				if v, _ := dp.Attributes.Value(attribute.Key("flow")); v.AsString() == flow {
+				if v, _ := dp.Attributes.Value(attribute.Key(key)); v.AsString() == value {
 					n += dp.Value
 				}
 			}

@@ -56,6 +56,9 @@ type stepRunner struct {
 	// tidy takes a run's message out of a dead-letter queue once its
 	// compensation has the run (the worker's tidier).
 	tidy func(queue, runID string)
+	// forks are the runners of the flow's forks in this worker, by step:
+	// where a branch's last step settles its branch (arriveHere).
+	forks map[string]*stepRunner
 }
 
 // stepAttempt is one delivery of a step, as its handler saw it: what its
@@ -73,7 +76,8 @@ type stepAttempt struct {
 	compensation compensationStart
 	holdUntil    time.Time
 	// join runs a fork's join, for the arrival that fires it (nil
-	// otherwise); extra is what an arrival records of itself.
+	// otherwise); extra is what an arrival records of itself (at the
+	// fork, or on the branch's last step that settled it: arriveHere).
 	join  func(context.Context) (any, error)
 	extra []journal.Event
 	// joined is the join an arrival fired (the delivery is then the run's
@@ -255,9 +259,14 @@ func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) br
 			w = r.work(ctx, a)
 			return w.kept, errors.Join(w.stepErr, w.giveUp)
 		},
-		Encode:   kept.encode,
-		Decode:   decodeKept,
-		CarryOut: func(ctx context.Context, k kept) error { return r.e.carryOut(ctx, r.spec.Name, d.m.RunID, k) },
+		Encode: kept.encode,
+		Decode: decodeKept,
+		CarryOut: func(ctx context.Context, k kept) error {
+			if at := r.arrivesAt(d, k); at != nil {
+				return r.arriveHere(ctx, a, at, k)
+			}
+			return r.e.carryOut(ctx, r.spec.Name, d.m.RunID, k)
+		},
 	})
 	if ack, settled := r.e.unsettled(done, a.setBusy); settled {
 		return ack
@@ -503,6 +512,11 @@ func (e *Engine) carryOut(ctx context.Context, step, runID string, k kept) error
 	if err := e.putSpills(ctx, runID, k.spills); err != nil {
 		return &patterns.HopError{Step: step, To: k.out.RoutingKey, Err: err}
 	}
+	return e.send(ctx, step, k)
+}
+
+// send sends k's message on, through the ladder when it is not yet due.
+func (e *Engine) send(ctx context.Context, step string, k kept) error {
 	var err error
 	if k.due.After(e.now()) {
 		err = e.conn.Schedule(ctx, k.due, k.out)

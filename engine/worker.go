@@ -146,11 +146,22 @@ func (w *Worker) startHousekeeping() {
 
 func (w *Worker) consume(ctx context.Context, f *flow) error {
 	e := w.e
+	runners, forks := make([]*stepRunner, len(f.steps)), map[string]*stepRunner{}
 	for i, s := range f.steps {
 		if s.External {
 			continue
 		}
-		r := newStepRunner(e, f, i, w.tidier.add)
+		runners[i] = newStepRunner(e, f, i, w.tidier.add)
+		runners[i].forks = forks
+		if s.Fork != nil {
+			forks[s.Name] = runners[i]
+		}
+	}
+	for i, s := range f.steps {
+		if s.External {
+			continue
+		}
+		r := runners[i]
 		opts := []broker.ConsumeOption{
 			broker.Existing(), broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
 			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, r.queue, r.outcome)),

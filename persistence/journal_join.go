@@ -131,10 +131,11 @@ func (j *SQLJournal) FailJoin(ctx context.Context, runID, key string) error {
 }
 
 // Settle records how branch ended, once, and returns the decision
-// journal.Decide makes of it (journal.JoinStore). It is one statement: it
+// journal.Decide makes of it (journal.JoinStore), with the item it hands
+// out (Decision.Item). It is one statement: it
 // locks the join's row, so that the settles of one join follow each other,
 // inserts the branch's row with its decision unless the branch has one,
-// and updates the join's counts; a branch settled before gets the decision
+// updates the join's counts and reads the item handed out; a branch settled before gets the decision
 // stored with it, and its s is ignored. The settles of one join that this
 // journal is asked for while one of them is being written are written
 // next, together, in one transaction. Settles of other joins do not wait
@@ -160,9 +161,13 @@ func (j *SQLJournal) Settle(ctx context.Context, runID, key string, branch int, 
 	case err != nil:
 		return journal.Decision{}, fmt.Errorf("journal %s: settle branch %d of join %q of run %q: %w", j.t.RunBranches, branch, key, runID, err)
 	case prior.next != nil:
-		return prior.decision(), nil
+		d := prior.decision()
+		d.Item = r.row.item
+		return d, nil
 	case ins.next != nil:
-		return ins.decision(), nil
+		d := ins.decision()
+		d.Item = r.row.item
+		return d, nil
 	case b < 0 || int(b) >= dispatched:
 		return journal.Decision{}, fmt.Errorf("%w: branch %d of join %q of run %q, which handed out %d",
 			journal.ErrInvalidJoin, branch, key, runID, dispatched)
@@ -321,7 +326,11 @@ func renderJoinStatements(t Tables) joinStatements {
 				UPDATE {{run_joins}} r SET dispatched = d.dispatched, arrived = d.arrived, stopped = d.stopped
 				FROM d, ins WHERE r.run_id = $1 AND r.join_key = $2
 			)
-			SELECT j.dispatched, p.next, p.last, p.failed, i.next, i.last, i.failed
+			SELECT j.dispatched, p.next, p.last, p.failed, i.next, i.last, i.failed,
+				-- The item the decision hands out, read here rather than
+				-- in a round trip of its own.
+				(SELECT it.data FROM {{run_items}} it
+				 WHERE it.run_id = $1 AND it.join_key = $2 AND it.idx = coalesce(p.next, i.next))
 			FROM j LEFT JOIN prior p ON true LEFT JOIN ins i ON true`),
 		decision: t.render(`SELECT next, last, failed FROM {{run_branches}} WHERE run_id = $1 AND join_key = $2 AND branch = $3`),
 		status: t.render(`SELECT total, lim, dispatched, arrived, stopped, failed, parent FROM {{run_joins}}

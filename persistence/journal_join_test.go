@@ -171,7 +171,7 @@ func TestSQLJournalJoinRoundTrips(t *testing.T) {
 	require.Equal(t, int64(1), counted.queryRows.Swap(0), "open: one statement")
 	d, err := j.Settle(ctx, "rt", "each/0", 0, journal.Settled{OK: true, Output: []byte("x")})
 	require.NoError(t, err)
-	require.Equal(t, journal.Decision{Next: 1}, d)
+	require.Equal(t, journal.Decision{Next: 1, Item: []byte("b")}, d, "the item handed out comes with the decision")
 	require.Equal(t, int64(1), counted.queryRows.Swap(0), "settle: one statement")
 	again, err := j.Settle(ctx, "rt", "each/0", 0, journal.Settled{OK: false})
 	require.NoError(t, err)

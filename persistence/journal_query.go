@@ -150,7 +150,16 @@ var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 // error matching journal.ErrRunNotFound. Each event carries what was
 // recorded except Input, which is kept once, on the run.
 func (j *SQLJournal) Timeline(ctx context.Context, id string) ([]journal.Event, error) {
-	rows, err := j.db.Query(ctx, j.sql.timeline, id)
+	events, err := j.events(ctx, id, j.sql.timeline, id)
+	if err != nil {
+		return nil, err
+	}
+	return j.found(ctx, id, events)
+}
+
+// events reads the events stmt (in eventColumns) returns of run id.
+func (j *SQLJournal) events(ctx context.Context, id, stmt string, args ...any) ([]journal.Event, error) {
+	rows, err := j.db.Query(ctx, stmt, args...)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: timeline of %q: %w", j.t.RunEvents, id, err)
 	}
@@ -166,6 +175,68 @@ func (j *SQLJournal) Timeline(ctx context.Context, id string) ([]journal.Event, 
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: timeline of %q: %w", j.t.RunEvents, id, err)
 	}
+	return events, nil
+}
+
+// BriefTimeline returns a run's events as Timeline does, but its
+// branches' (keys "branch/...", "arrived/...") with only their key, kind,
+// step, outcome and seq, unordered (journal.BriefTimeline): two statements, the
+// run's own events whole and in order, then the branches' brief, each one
+// range of the primary key.
+func (j *SQLJournal) BriefTimeline(ctx context.Context, id string) ([]journal.Event, error) {
+	events, err := j.events(ctx, id, j.sql.ownTimeline, id)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := j.db.Query(ctx, j.sql.briefBranches, id)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: branches of %q: %w", j.t.RunEvents, id, err)
+	}
+	// Read small, then made events once: a slice of events grown row by
+	// row copies itself over and over (a ForEach of 100,000 items has
+	// 200,000 of them).
+	type brief struct {
+		key, kind, step, outcome string
+		seq                      int64
+	}
+	var briefs []brief
+	var b brief
+	_, err = pgx.ForEachRow(rows, []any{&b.key, &b.kind, &b.step, &b.outcome, &b.seq}, func() error {
+		briefs = append(briefs, b)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: branches of %q: %w", j.t.RunEvents, id, err)
+	}
+	events = slices.Grow(events, len(briefs))
+	for _, b := range briefs {
+		events = append(events, journal.Event{RunID: id, Key: b.key, Kind: journal.Kind(b.kind), Step: b.step, Outcome: b.outcome, Seq: b.seq})
+	}
+	return j.found(ctx, id, events)
+}
+
+// BranchEvents returns the whole events of the named branches of run id,
+// in Timeline's order (journal.BriefTimeline): one statement that reads,
+// per branch, the range of its steps' keys and its arrival's key, and the
+// run's compensations for those of the branches.
+func (j *SQLJournal) BranchEvents(ctx context.Context, id string, branches []journal.BranchRef) ([]journal.Event, error) {
+	if len(branches) == 0 {
+		return []journal.Event{}, nil
+	}
+	lo, hi, arrived, undo := make([]string, 0, len(branches)), make([]string, 0, len(branches)), make([]string, 0, len(branches)), make([]string, 0, len(branches))
+	for _, b := range branches {
+		at := fmt.Sprintf("%s/%d", b.Join, b.Branch)
+		// "/" + 1 is "0": every key under the prefix is below it.
+		lo, hi = append(lo, "branch/"+at+"/"), append(hi, "branch/"+at+"0")
+		arrived = append(arrived, "arrived/"+at)
+		undo = append(undo, "compensation/%/"+likeEscaper.Replace(at)+"/%")
+	}
+	return j.events(ctx, id, j.sql.branchEvents, id, lo, hi, arrived, undo)
+}
+
+// found is events, or when there are none the error of a run that is not
+// there: every run has events.
+func (j *SQLJournal) found(ctx context.Context, id string, events []journal.Event) ([]journal.Event, error) {
 	if len(events) == 0 {
 		// Every run has events; none means no such run, unless it was
 		// recorded in between.
@@ -175,6 +246,11 @@ func (j *SQLJournal) Timeline(ctx context.Context, id string) ([]journal.Event, 
 	}
 	return events, nil
 }
+
+// eventColumns are what events reads of a run's event (e) and its run
+// (r), in its order.
+const eventColumns = `r.flow, e.key, e.seq, e.kind, e.step, e.attempt, e.outcome, e.started_at, e.ended_at,
+	e.error, e.queue, e.due_at, e.status, e.run_step, e.replays, e.dead_letter`
 
 // runColumns are what scanRun reads, in its order.
 const runColumns = `r.run_id, r.flow, r.status, r.step, r.input, r.error, r.started_at, r.updated_at,
@@ -218,6 +294,9 @@ const (
 // once.
 type journalStatements struct {
 	record, run, timeline, purge string
+	// ownTimeline, briefBranches and branchEvents are BriefTimeline's
+	// and BranchEvents'.
+	ownTimeline, briefBranches, branchEvents string
 	// prefix and prefixBounded are RunsByIDPrefix's, without and with an
 	// end to the range.
 	prefix, prefixBounded string
@@ -280,10 +359,33 @@ func renderJournalStatements(t Tables) journalStatements {
 		prefix:        t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id >= $1 ORDER BY r.run_id LIMIT $2`),
 		prefixBounded: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id >= $1 AND r.run_id < $3 ORDER BY r.run_id LIMIT $2`),
 		timeline: t.render(`
-			SELECT r.flow, e.key, e.seq, e.kind, e.step, e.attempt, e.outcome, e.started_at, e.ended_at,
-				e.error, e.queue, e.due_at, e.status, e.run_step, e.replays, e.dead_letter
+			SELECT ` + eventColumns + `
 			FROM {{runs}} r JOIN {{run_events}} e ON e.run_id = r.run_id
 			WHERE r.run_id = $1
+			ORDER BY e.seq, e.ended_at, e.key`),
+		// The keys of a run's branches are two ranges ("/" + 1 is "0").
+		ownTimeline: t.render(`
+			SELECT ` + eventColumns + `
+			FROM {{runs}} r JOIN {{run_events}} e ON e.run_id = r.run_id
+			WHERE r.run_id = $1 AND NOT (e.key >= 'branch/' AND e.key < 'branch0')
+				AND NOT (e.key >= 'arrived/' AND e.key < 'arrived0')
+			ORDER BY e.seq, e.ended_at, e.key`),
+		briefBranches: t.render(`
+			SELECT e.key, e.kind, e.step, e.outcome, e.seq FROM {{run_events}} e
+			WHERE e.run_id = $1 AND (e.key >= 'branch/' AND e.key < 'branch0' OR e.key >= 'arrived/' AND e.key < 'arrived0')`),
+		// $2, $3 the ranges of the branches' steps' keys, $4 their
+		// arrivals' keys, $5 LIKE patterns of their compensations' keys.
+		branchEvents: t.render(`
+			SELECT ` + eventColumns + `
+			FROM {{runs}} r JOIN {{run_events}} e ON e.run_id = r.run_id
+			WHERE r.run_id = $1 AND e.key IN (
+				SELECT b.key FROM unnest($2::text[], $3::text[]) AS p(lo, hi)
+					JOIN {{run_events}} b ON b.run_id = $1 AND b.key >= p.lo AND b.key < p.hi
+				UNION ALL
+				SELECT b.key FROM {{run_events}} b WHERE b.run_id = $1 AND b.key = ANY($4::text[])
+				UNION ALL
+				SELECT b.key FROM {{run_events}} b WHERE b.run_id = $1
+					AND b.key >= 'compensation/' AND b.key < 'compensation0' AND b.key LIKE ANY($5::text[]))
 			ORDER BY e.seq, e.ended_at, e.key`),
 		purge: t.render(`
 			WITH victims AS (

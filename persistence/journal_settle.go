@@ -52,6 +52,8 @@ type settleReq struct {
 type settleRow struct {
 	dispatched int
 	prior, ins nullDecision
+	// item is the item the decision hands out, nil for none.
+	item []byte
 }
 
 // do writes r with whatever settles of its join gather meanwhile, and
@@ -110,7 +112,7 @@ func (st *settler) do(ctx context.Context, r *settleReq, write func(context.Cont
 func (j *SQLJournal) writeSettles(ctx context.Context, reqs []*settleReq) {
 	scan := func(row pgx.Row, r *settleReq) error {
 		return row.Scan(&r.row.dispatched, &r.row.prior.next, &r.row.prior.last, &r.row.prior.failed,
-			&r.row.ins.next, &r.row.ins.last, &r.row.ins.failed)
+			&r.row.ins.next, &r.row.ins.last, &r.row.ins.failed, &r.row.item)
 	}
 	if len(reqs) == 1 {
 		r := reqs[0]

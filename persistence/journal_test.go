@@ -416,3 +416,10 @@ func TestSQLJournalRefusesBadConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, j.Retention(), "no retention unless asked")
 }
+
+func TestSQLJournalBriefTimeline(t *testing.T) {
+	db := pool(t)
+	journaltest.Brief(t, func(t *testing.T) journal.Journal {
+		return sqlJournal(t, db, tables(t, db), persistence.SQLJournalConfig{})
+	})
+}

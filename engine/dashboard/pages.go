@@ -186,19 +186,23 @@ func (d *Dashboard) runPage(w http.ResponseWriter, r *http.Request) (runPage, in
 		d.fail(w, r, http.StatusBadRequest, why)
 		return runPage{}, 0, false
 	}
-	// The whole timeline is read and grouped (one pass); only a page of
-	// each fork's branches is rendered.
-	events, err := d.journal.Timeline(r.Context(), id)
+	// The timeline is read and grouped with the branches' events brief
+	// (where the journal can); only a page of each fork's branches is
+	// read whole and rendered.
+	own, forks, err := timeline.Read(r.Context(), d.journal, id)
 	if err != nil && !errors.Is(err, journal.ErrRunNotFound) {
 		d.journalFailed(w, r, err)
 		return runPage{}, 0, false
 	}
-	own, forks := timeline.Group(events)
 	if err := timeline.HandedOut(r.Context(), d.journal, id, forks); err != nil {
 		d.journalFailed(w, r, err)
 		return runPage{}, 0, false
 	}
 	p := runPage{Run: run, Input: pretty(run.Input), Forks: forkViews(id, forks, fq, d.cfg.PageSize)}
+	if err := timeline.Fill(r.Context(), d.journal, id, forks); err != nil {
+		d.journalFailed(w, r, err)
+		return runPage{}, 0, false
+	}
 	if parent, step, ok := timeline.Parent(own); ok {
 		p.Parent = &childLink{Run: parent, Step: step}
 	}

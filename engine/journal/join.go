@@ -58,6 +58,10 @@ type Decision struct {
 	Next   int
 	Last   bool
 	Failed bool
+	// Item is item Next of a ForEach when the store read it with the
+	// decision (the SQL journal does, in the settle's statement); nil
+	// otherwise, and JoinItems has it.
+	Item []byte
 }
 
 // Arrival is one settled branch, as Arrivals returns it.

@@ -241,6 +241,33 @@ type Journal interface {
 	Timeline(ctx context.Context, id string) ([]Event, error)
 }
 
+// BranchRef names one branch of a run's fork: the fork's join key
+// ("<replays>/<position>/<fork step>") and the branch's index.
+type BranchRef struct {
+	Join   string
+	Branch int
+}
+
+// BriefTimeline is a journal that reads the timeline of a run with many
+// branches (a ForEach over 100,000 items has some 200,000 events) in two
+// parts: every event briefly, then the whole events of the branches a
+// page shows. The SQL journal implements it; a caller that finds a
+// journal without it reads Timeline.
+type BriefTimeline interface {
+	// BriefTimeline returns a run's events as Timeline does, except that
+	// an event of a fork's branch (its key begins "branch/" or
+	// "arrived/") carries only RunID, Key, Kind, Step, Outcome and Seq, and the
+	// branches' events are not in order: what says where each branch
+	// stands. It returns an error matching ErrRunNotFound as Timeline
+	// does.
+	BriefTimeline(ctx context.Context, id string) ([]Event, error)
+	// BranchEvents returns the whole events of the named branches of a
+	// run (their steps, their arrivals at their fork, the compensations
+	// that undid them) in Timeline's order; none for a branch without
+	// events.
+	BranchEvents(ctx context.Context, id string, branches []BranchRef) ([]Event, error)
+}
+
 // ErrDataNotFound: a DataStore keeps nothing under that run and key: it
 // was never put, or went with its run (purged, or forgotten by a Memory
 // journal past its MaxRuns).

@@ -81,6 +81,9 @@ type Fork struct {
 
 	all []Branch
 	at  map[int]int
+	// brief says the branches' events are brief (Read from a
+	// journal.BriefTimeline) until Fill reads the shown ones whole.
+	brief bool
 }
 
 // Branch is one branch of a fork (one item of a ForEach) and its events
@@ -248,21 +251,29 @@ func forkShape(outcome string) (kind string, total, inFlight int) {
 }
 
 // branchKey says which fork's branch an event of that key belongs to: the
-// key of the fork's join and the branch's index.
-func branchKey(key string) (join string, branch int, ok bool) {
-	p := strings.Split(key, "/")
-	switch {
-	case len(p) >= 6 && p[0] == "branch":
+// key of the fork's join (a part of key) and the branch's index. It reads
+// key in place: a timeline of 100,000 branches has some 200,000 keys.
+func branchKey(key string) (string, int, bool) {
+	head, rest, _ := strings.Cut(key, "/")
+	switch head {
+	case "branch":
 		// branch/<replays>/<position>/<fork>/<i>/...
-		join, branch, ok = joinAt(p, 1)
-	case len(p) == 5 && p[0] == "arrived":
+		join, branch, _, more, ok := joinIn(rest)
+		return join, branch, ok && more
+	case "arrived":
 		// arrived/<replays>/<position>/<fork>/<i>
-		join, branch, ok = joinAt(p, 1)
-	case len(p) == 8 && p[0] == "compensation" && Digits(p[1]):
+		join, branch, _, more, ok := joinIn(rest)
+		return join, branch, ok && !more
+	case "compensation":
 		// compensation/<replays>/<replays>/<position>/<fork>/<i>/<k>/<attempt>
-		join, branch, ok = joinAt(p, 2)
+		replays, rest, found := strings.Cut(rest, "/")
+		if !found || !Digits(replays) {
+			return "", 0, false
+		}
+		join, branch, rest, more, ok := joinIn(rest)
+		return join, branch, ok && more && strings.Count(rest, "/") == 1
 	}
-	return join, branch, ok
+	return "", 0, false
 }
 
 // joinedKey reports whether key is the key of an event of the delivery
@@ -275,17 +286,31 @@ func joinedKey(key string) (string, bool) {
 	return strings.Join(p[1:4], "/"), true
 }
 
-// joinAt reads a join's key and a branch index from p, from p[at] on:
-// <replays>/<position>/<fork>/<i>.
-func joinAt(p []string, at int) (string, int, bool) {
-	if len(p) < at+4 || !Digits(p[at]) || !Digits(p[at+1]) || p[at+2] == "" || !Digits(p[at+3]) {
-		return "", 0, false
+// joinIn reads "<replays>/<position>/<fork>/<i>" from the front of s: the
+// join's key (a part of s), the branch's index, and whether a "/" follows
+// the index (more) and what follows it (rest).
+func joinIn(s string) (join string, branch int, rest string, more, ok bool) {
+	replays, r, found := strings.Cut(s, "/")
+	if !found || !Digits(replays) {
+		return "", 0, "", false, false
 	}
-	i, err := strconv.Atoi(p[at+3])
+	position, r, found := strings.Cut(r, "/")
+	if !found || !Digits(position) {
+		return "", 0, "", false, false
+	}
+	fork, r, found := strings.Cut(r, "/")
+	if !found || fork == "" {
+		return "", 0, "", false, false
+	}
+	index, r, more := strings.Cut(r, "/")
+	if !Digits(index) {
+		return "", 0, "", false, false
+	}
+	i, err := strconv.Atoi(index)
 	if err != nil {
-		return "", 0, false
+		return "", 0, "", false, false
 	}
-	return strings.Join(p[at:at+3], "/"), i, true
+	return s[:len(replays)+len(position)+len(fork)+2], i, r, more, true
 }
 
 // Digits reports whether s is a non-negative decimal number, as branch

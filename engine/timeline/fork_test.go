@@ -168,3 +168,40 @@ func TestGroupIsQuickOnAHundredThousandItems(t *testing.T) {
 	require.True(t, forks[1].Joined)
 	require.Less(t, len(own), 10)
 }
+
+// TestBranchKey: which keys are a branch's, of which join and index.
+func TestBranchKey(t *testing.T) {
+	tests := []struct {
+		key    string
+		join   string
+		branch int
+		ok     bool
+	}{
+		{"branch/0/1/each/57/step/0/0/1", "0/1/each", 57, true},
+		{"branch/2/3/fork/0/", "2/3/fork", 0, true},
+		{"branch/0/1/each/57", "", 0, false},
+		{"branch/0/1//57/step", "", 0, false},
+		{"branch/x/1/each/57/step", "", 0, false},
+		{"branch/0/1/each/-1/step", "", 0, false},
+		{"branch/0/1/each/99999999999999999999/step", "", 0, false},
+		{"arrived/0/1/each/57", "0/1/each", 57, true},
+		{"arrived/0/1/each/57/more", "", 0, false},
+		{"arrived/0/1/each", "", 0, false},
+		{"compensation/1/0/1/each/57/0/1", "0/1/each", 57, true},
+		{"compensation/1/0/1/each/57/0", "", 0, false},
+		{"compensation/1/0/1/each/57/0/1/2", "", 0, false},
+		{"compensation/x/0/1/each/57/0/1", "", 0, false},
+		{"compensation/1/0/1", "", 0, false},
+		{"step/0/1/1", "", 0, false},
+		{"join/0/1/each/step/0/1/1", "", 0, false},
+		{"", "", 0, false},
+	}
+	for _, tt := range tests {
+		join, branch, ok := branchKey(tt.key)
+		require.Equal(t, tt.ok, ok, "%q", tt.key)
+		if ok {
+			require.Equal(t, tt.join, join, "%q", tt.key)
+			require.Equal(t, tt.branch, branch, "%q", tt.key)
+		}
+	}
+}

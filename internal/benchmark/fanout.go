@@ -54,7 +54,7 @@ func Fanout(ctx context.Context, cfg Config) ([]Result, error) {
 	out := []Result{
 		figure(scenario, "ForEach in one run", "items/s", HigherIsBetter, fan.Rate(), fan).withCPU(fan).
 			compare("one-step runs", one.Rate(), one, true).
-			noted(fmt.Sprintf("%d items in one run, at most %d in flight, vs %d runs; journal and idempotency store on PostgreSQL; an item is 2 messages (to its step, back to the fork), a one-step run 1",
+			noted(fmt.Sprintf("%d items in one run, at most %d in flight, vs %d runs; journal and idempotency store on PostgreSQL; an item is 1 message (to its step, which settles it at the fork), a one-step run 1",
 				n, dsl.DefaultForEachConcurrency, n)),
 	}
 	if fanPeak > 0 && onePeak > 0 {
@@ -121,7 +121,10 @@ func FanoutEngine(ctx context.Context, cfg Config, items int) (_ Measurement, er
 	if err := s.serve(ctx, eng, f); err != nil {
 		return Measurement{}, err
 	}
-	m, err := measureCounted(ctx, 1, 2*items, 1, done, nil, "the fan-out run",
+	// An item is one message, to its step: the step settles it at the
+	// fork where it ran, and only the last arrival goes to the fork's
+	// queue.
+	m, err := measureCounted(ctx, 1, items, 1, done, nil, "the fan-out run",
 		func(ctx context.Context, _ int) error {
 			if _, err := eng.Start(ctx, name, fanoutPayload{Items: items}); err != nil {
 				return fmt.Errorf("start the run: %w", err)

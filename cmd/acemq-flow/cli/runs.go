@@ -170,22 +170,29 @@ func (a *app) runsShowCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("runs show: %w", hintMigrate(a.name, err))
 			}
-			events, err := j.Timeline(cmd.Context(), run.ID)
+			if output == outputJSON {
+				// "steps" is the whole timeline.
+				events, err := j.Timeline(cmd.Context(), run.ID)
+				if err != nil {
+					return fmt.Errorf("runs show: timeline: %w", hintMigrate(a.name, err))
+				}
+				if events == nil {
+					events = []journal.Event{}
+				}
+				_, forks := timeline.Group(events)
+				if err := a.chooseBranches(cmd, j, run.ID, forks, choice); err != nil {
+					return err
+				}
+				return writeJSON(cmd.OutOrStdout(), runJSON{Run: run, Steps: events, Forks: forks})
+			}
+			// A person sees a page of each fork's branches: only those are
+			// read whole.
+			own, forks, err := timeline.Read(cmd.Context(), j, run.ID)
 			if err != nil {
 				return fmt.Errorf("runs show: timeline: %w", hintMigrate(a.name, err))
 			}
-			if events == nil {
-				events = []journal.Event{}
-			}
-			own, forks := timeline.Group(events)
-			for _, f := range forks {
-				choice.choose(f)
-			}
-			if err := timeline.HandedOut(cmd.Context(), j, run.ID, forks); err != nil {
-				return fmt.Errorf("runs show: %w", err)
-			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), runJSON{Run: run, Steps: events, Forks: forks})
+			if err := a.chooseBranches(cmd, j, run.ID, forks, choice); err != nil {
+				return err
 			}
 			return writeRun(cmd, run, own, forks, choice.mode == branchesAll)
 		},
@@ -194,6 +201,21 @@ func (a *app) runsShowCommand() *cobra.Command {
 	cmd.Flags().StringVar(&branches, "branches", branchesSome, "which branches of a fork to show: some (a few of a large fork, and those given up), all, failed (given up or stopped), none")
 	cmd.Flags().StringSliceVar(&only, "branch", nil, "show only these branches: an index (57), a range (100-199), either for one fork (each:57); repeat or comma-separate")
 	return cmd
+}
+
+// chooseBranches shows the branches of each fork that choice picks, with
+// their whole events, and where each fork's join stands.
+func (a *app) chooseBranches(cmd *cobra.Command, j journal.Journal, runID string, forks []*timeline.Fork, choice branchChoice) error {
+	for _, f := range forks {
+		choice.choose(f)
+	}
+	if err := timeline.Fill(cmd.Context(), j, runID, forks); err != nil {
+		return fmt.Errorf("runs show: %w", hintMigrate(a.name, err))
+	}
+	if err := timeline.HandedOut(cmd.Context(), j, runID, forks); err != nil {
+		return fmt.Errorf("runs show: %w", err)
+	}
+	return nil
 }
 
 // writeRun shows a run for a person: its fields, then its own timeline,

@@ -162,6 +162,18 @@ func (f *FlowDef) check() error {
 		if f.itinerary != nil {
 			return f.fail(s.Name, "a Parallel or ForEach in a flow with an Itinerary: a routing slip has no branches")
 		}
+		for _, b := range s.Fork.Branches {
+			for _, bs := range b {
+				if bs.Wait != nil {
+					return f.fail(bs.Name, "a WaitFor on a branch of %q: a signal is addressed to a run, not to one of its branches", s.Name)
+				}
+			}
+		}
+	}
+	for _, s := range f.steps {
+		if s.Wait != nil && f.itinerary != nil {
+			return f.fail(s.Name, "a WaitFor in a flow with an Itinerary: a routing slip may pass it any number of times")
+		}
 	}
 	if f.itinerary != nil {
 		for _, s := range f.steps {

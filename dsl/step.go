@@ -269,6 +269,8 @@ type StepSpec struct {
 	Fork *ForkSpec
 	// Child is set for a Child step: the flow it starts a run of.
 	Child *ChildSpec
+	// Wait is set for a WaitFor step: the signal it waits for.
+	Wait *WaitSpec
 
 	whenSrc, orderSrc, delayUntilSrc string
 	run                              func(ctx context.Context, decode func(any) error) (any, error)

@@ -171,10 +171,20 @@ type StepInfo struct {
 	Fork *ForkInfo `json:"fork,omitempty"`
 	// Child is the flow a Child step starts a run of.
 	Child string `json:"child,omitempty"`
+	// Wait describes a WaitFor step (nil for any other).
+	Wait *WaitInfo `json:"wait,omitempty"`
 	// OnFork and OnBranch name the fork a step is on a branch of, and
 	// which branch ("" and 0 on the flow's own route).
 	OnFork   string `json:"on_fork,omitempty"`
 	OnBranch int    `json:"on_branch,omitempty"`
+}
+
+// WaitInfo describes a WaitFor step of a FlowInfo: how long a run waits
+// for the signal (named after the step), and whether it goes on at the
+// timeout (OnTimeout) or fails.
+type WaitInfo struct {
+	Timeout   string `json:"timeout"`
+	OnTimeout bool   `json:"on_timeout,omitempty"`
 }
 
 // ForkInfo describes a Parallel or a ForEach of a FlowInfo: its branches'
@@ -242,6 +252,9 @@ func (f *flow) info(cfg Config) FlowInfo {
 		}
 		if s.Child != nil {
 			si.Child = s.Child.Flow
+		}
+		if s.Wait != nil {
+			si.Wait = &WaitInfo{Timeout: s.Wait.Timeout.String(), OnTimeout: s.Wait.GoesOnAtTimeout()}
 		}
 		if on, ok := onFork[s.Name]; ok {
 			si.OnFork, si.OnBranch = on.fork, on.branch

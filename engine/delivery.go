@@ -43,6 +43,8 @@ type delivery struct {
 	child  *childResult
 	// hold is on the timer of a held branch (acemq-flow-hold).
 	hold *holdRef
+	// signal is on a message back at a WaitFor (acemq-flow-signal).
+	signal *signalRef
 	// err says why the message cannot be a run's at all (its run id,
 	// route or state unreadable): it is given up as it is.
 	err error
@@ -86,6 +88,12 @@ func readStep(m *broker.Message) delivery {
 		d.err = err
 	} else if found {
 		d.hold = &hr
+	}
+	var sr signalRef
+	if found, err := readJSONHeader(m.Headers, HeaderSignal, &sr); err != nil {
+		d.err = err
+	} else if found {
+		d.signal = &sr
 	}
 	return d
 }

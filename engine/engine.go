@@ -253,6 +253,9 @@ func (e *Engine) canRun(f *flow) error {
 	if err := e.canRunChildren(f); err != nil {
 		return err
 	}
+	if err := e.canWait(f); err != nil {
+		return err
+	}
 	if e.once.Transactional() {
 		return nil
 	}

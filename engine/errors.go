@@ -55,6 +55,15 @@ var (
 	// returned nothing to its parent: it fails, and so does the parent's
 	// Child step.
 	ErrChildEnded = errors.New("a child run ended early")
+	// ErrNoSuchWait: a signal named no WaitFor of the run's flow.
+	ErrNoSuchWait = errors.New("no such wait")
+	// ErrRunEnded: a signal to a run that is over.
+	ErrRunEnded = errors.New("the run is over")
+	// ErrSignalTaken: a second signal, with another payload, to a wait
+	// that had one.
+	ErrSignalTaken = errors.New("the wait has its signal already")
+	// ErrSignalTimedOut: a signal to a wait that timed out before it came.
+	ErrSignalTimedOut = errors.New("the wait timed out before the signal came")
 	// ErrChildFailed: the child run of a Child step failed.
 	ErrChildFailed = errors.New("child run failed")
 )

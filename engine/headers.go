@@ -51,6 +51,10 @@ const (
 	// step that failed and the run's replay count then. A run replayed
 	// since drops it; otherwise the branch is undone and its join fails.
 	HeaderHold = "acemq-flow-hold"
+	// HeaderSignal is on the message that resumes a run at its WaitFor
+	// once its signal came, and on the wait's timer (timeout true): the
+	// key of the wait's join, where the signal is kept.
+	HeaderSignal = "acemq-flow-signal"
 )
 
 // holdRef is the acemq-flow-hold header.
@@ -209,7 +213,7 @@ func replays(h broker.Table) int {
 var hopDropped = []string{
 	"traceparent", "tracestate",
 	broker.HeaderReplayedFrom, broker.HeaderReplayedAt,
-	broker.HeaderRoutingSlip, HeaderRun, HeaderCompensation, HeaderStarted, HeaderDue, HeaderChild,
+	broker.HeaderRoutingSlip, HeaderRun, HeaderCompensation, HeaderStarted, HeaderDue, HeaderChild, HeaderSignal,
 }
 
 // carried is the headers of m a message that continues its run carries.

@@ -130,6 +130,10 @@ func (r *stepRunner) outcome(ctx context.Context, a *stepAttempt, s broker.Settl
 // at now.
 func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) []journal.Event {
 	d := &a.d
+	if a.result == resultSignalReceived {
+		// Not a step of its run: Signal recorded what it did.
+		return nil
+	}
 	m := d.m
 	base := journal.Event{
 		RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: r.spec.Name, Attempt: m.Attempt,
@@ -231,6 +235,14 @@ func (r *stepRunner) accepted(a *stepAttempt, base journal.Event, now time.Time)
 		}
 		base.Key = fmt.Sprintf("hold/%s/%d/%d", d.branch.Join, d.branch.Branch, d.hold.Replays)
 		return []journal.Event{base}
+	case resultWaiting:
+		base.Outcome, base.Status = waitOutcome(r.spec.Name, a.waitUntil), journal.Waiting
+		due := a.waitUntil
+		base.DueAt = &due
+		base.Key = fmt.Sprintf("wait/%d/%d", d.replays, d.pos)
+		return []journal.Event{base}
+	case resultTimerDropped:
+		return nil
 	case resultChildStarted:
 		base.Outcome = timeline.StartedChild(a.child)
 		base.Key = fmt.Sprintf("child/%s/%d", d.at(), d.m.Attempt)

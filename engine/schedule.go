@@ -28,6 +28,9 @@ const (
 	// ScheduledHold: a failed run held for a replay, compensated when its
 	// hold ends.
 	ScheduledHold = "hold"
+	// ScheduledSignal: a run waiting at a WaitFor for its signal; its due
+	// time is when the wait times out.
+	ScheduledSignal = "signal"
 )
 
 // Scheduled is one thing waiting on the ladder: a run held until DueAt.
@@ -81,13 +84,22 @@ func (e *Engine) Schedules(ctx context.Context, flow string, limit int) ([]Sched
 
 // kindOf says what a run with a due time waits for.
 func (e *Engine) kindOf(r journal.Run) string {
+	f, _ := e.flow(r.Flow)
 	switch {
 	case r.Status == journal.Failed:
 		return ScheduledHold
+	case f != nil && r.Status == journal.Waiting && waitsAt(f, r.Step):
+		return ScheduledSignal
 	case e.firstStep(r.Flow) == r.Step:
 		return ScheduledStart
 	}
 	return ScheduledDelay
+}
+
+// waitsAt says step is one of f's WaitFor steps.
+func waitsAt(f *flow, step string) bool {
+	_, w := f.wait(step)
+	return w != nil
 }
 
 // firstStep is the first step of a registered flow ("" for an unknown one

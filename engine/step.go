@@ -26,22 +26,25 @@ type stepResult uint8
 
 // The step handler's decisions.
 const (
-	resultFailed       stepResult = iota // the step failed (retried or given up); until decided
-	resultContinued                      // the step ran and the run went on
-	resultDone                           // the step ran and the route is done
-	resultEnded                          // the step ended the run (dsl.End)
-	resultResent                         // done before; its kept hop was sent again
-	resultDuplicate                      // done before and passed on; nothing to do
-	resultBusy                           // running elsewhere; put back
-	resultCancelled                      // cancelled while it waited; dropped
-	resultCompensating                   // given up; its compensation has the run, so the message was accepted
-	resultHopFailed                      // the step ran, its next message could not be sent: sent again on retry
-	resultForked                         // a fork took the run in and sent its branches
-	resultArrived                        // a branch came back to its fork, which waits for others
-	resultStopped                        // a branch stopped: another was given up
-	resultChildStarted                   // a Child step started its child run, and waits for it
-	resultHoldEnded                      // a held branch's hold ended: it is undone, its join failed
-	resultHoldDropped                    // a held branch's timer, after its run was replayed or cancelled
+	resultFailed         stepResult = iota // the step failed (retried or given up); until decided
+	resultContinued                        // the step ran and the run went on
+	resultDone                             // the step ran and the route is done
+	resultEnded                            // the step ended the run (dsl.End)
+	resultResent                           // done before; its kept hop was sent again
+	resultDuplicate                        // done before and passed on; nothing to do
+	resultBusy                             // running elsewhere; put back
+	resultCancelled                        // cancelled while it waited; dropped
+	resultCompensating                     // given up; its compensation has the run, so the message was accepted
+	resultHopFailed                        // the step ran, its next message could not be sent: sent again on retry
+	resultForked                           // a fork took the run in and sent its branches
+	resultArrived                          // a branch came back to its fork, which waits for others
+	resultStopped                          // a branch stopped: another was given up
+	resultChildStarted                     // a Child step started its child run, and waits for it
+	resultHoldEnded                        // a held branch's hold ended: it is undone, its join failed
+	resultHoldDropped                      // a held branch's timer, after its run was replayed or cancelled
+	resultWaiting                          // a WaitFor took the run in: it waits for its signal
+	resultTimerDropped                     // a wait's timer, after its signal came
+	resultSignalReceived                   // a signal another service sent: delivered (Signal records it), or set aside
 )
 
 // stepRunner works one step's queue.
@@ -86,6 +89,8 @@ type stepAttempt struct {
 	forked journal.JoinStatus
 	// child is the child run a Child step started.
 	child string
+	// waitUntil is when the wait a WaitFor took the run in at times out.
+	waitUntil time.Time
 }
 
 // recording is what a step's or a compensation's handler leaves for
@@ -165,7 +170,8 @@ func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 func (a *stepAttempt) accepting() bool {
 	switch a.result {
 	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled, resultCompensating,
-		resultForked, resultArrived, resultStopped, resultChildStarted, resultHoldEnded, resultHoldDropped:
+		resultForked, resultArrived, resultStopped, resultChildStarted, resultHoldEnded, resultHoldDropped,
+		resultWaiting, resultTimerDropped, resultSignalReceived:
 		return true
 	}
 	return false
@@ -206,6 +212,9 @@ func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, f
 // have, one every worker died holding) is given up before the step runs.
 func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 	d := &a.d
+	if ref, ok := sentSignal(d.m); ok && r.spec.Wait != nil && d.m.RunID != "" {
+		return r.receive(ctx, a, ref)
+	}
 	if d.err != nil {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, d.err)))
 	}
@@ -237,6 +246,9 @@ func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 		}
 	} else if r.spec.Fork != nil {
 		return r.fork(ctx, a)
+	}
+	if r.spec.Wait != nil {
+		return r.wait(ctx, a)
 	}
 	if r.spec.Child != nil {
 		if d.child == nil {

@@ -131,6 +131,14 @@ func flowGraph(fi engine.FlowInfo, width int) []string {
 			line += "  " + forkSummary(s.Fork)
 		case s.External:
 			line += "  (served by another service)"
+		case s.Child != "":
+			line += "  starts a child run of " + s.Child
+		case s.Wait != nil:
+			then := "then fails"
+			if s.Wait.OnTimeout {
+				then = "then goes on"
+			}
+			line += fmt.Sprintf("  waits for signal %s (at most %s, %s)", s.Name, s.Wait.Timeout, then)
 		}
 		lines = append(lines, line)
 		if s.Fork == nil {

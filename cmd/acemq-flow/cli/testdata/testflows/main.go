@@ -45,6 +45,13 @@ func pass(_ context.Context, o Order) (Order, error) { return o, nil }
 
 func refund(context.Context, Order) error { return nil }
 
+// Approval is the signal the approvals flow waits for.
+type Approval struct {
+	By string `json:"by"`
+}
+
+func pay(_ context.Context, s dsl.Signalled[Order, Approval]) (Order, error) { return s.Input, nil }
+
 func main() {
 	prefix := os.Getenv("CLITEST_FLOW_PREFIX")
 	if prefix == "" {
@@ -60,5 +67,9 @@ func main() {
 			dsl.Step("reserve", pass).Compensate(refund),
 			dsl.Step("charge", charge).Retry(broker.NoRetry()).Timeout(10*time.Second),
 			dsl.HoldForReplay(time.Hour)),
+		dsl.Flow(prefix+".approvals",
+			dsl.Step("validate", validate),
+			dsl.WaitFor[Order, Approval]("approval", time.Hour),
+			dsl.Step("pay", pay)),
 	)
 }

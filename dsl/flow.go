@@ -31,6 +31,7 @@ type FlowDef struct {
 	example   any
 	hasEx     bool
 	hold      time.Duration
+	deadline  time.Duration
 	itinerary *itinerary
 	codec     Codec
 	crons     []CronSpec
@@ -333,6 +334,9 @@ func (f *FlowDef) Example() (any, bool) { return f.example, f.hasEx }
 // compensated (0: compensated at once).
 func (f *FlowDef) HoldForReplay() time.Duration { return f.hold }
 
+// Deadline is how long after its start a run is stopped (0: never).
+func (f *FlowDef) Deadline() time.Duration { return f.deadline }
+
 // Codec is the flow's payload codec (JSON unless WithCodec said otherwise).
 func (f *FlowDef) Codec() Codec { return f.codec }
 
@@ -420,6 +424,18 @@ func HoldForReplay(d time.Duration) Part {
 		return &settingPart{err: fmt.Errorf("HoldForReplay %s, want at least 1s", d)}
 	}
 	return &settingPart{apply: func(f *FlowDef) { f.hold = d }}
+}
+
+// Deadline stops a run that has not ended d after its start, as a cancel
+// does (engine.CancelRun): no further step starts, what it completed is
+// compensated, and it ends cancelled, its timeline saying "deadline". Its
+// timer rides the scheduler ladder, so it survives restarts of every
+// worker. d must be at least 1s.
+func Deadline(d time.Duration) Part {
+	if d < time.Second {
+		return &settingPart{err: fmt.Errorf("Deadline %s, want at least 1s (the scheduler ladder's shortest rung)", d)}
+	}
+	return &settingPart{apply: func(f *FlowDef) { f.deadline = d }}
 }
 
 // WithCodec sets the codec the flow's payloads travel in (default JSON).

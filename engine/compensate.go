@@ -20,6 +20,7 @@ const (
 	compSuperseded = "superseded"  // a held compensation of a run replayed (or compensated) since
 	compGivenUp    = "unresolved"  // given up; the rest still run
 	compNothing    = "nothing"     // compensate-now of a run with nothing to undo
+	compDeadline   = "deadline"    // a deadline's timer: CancelRun recorded what it did
 	compStarted    = "started"     // compensate-now started the chain
 	compRetrying   = "retrying"    // failed; will be retried
 	compBusy       = "busy"        // running elsewhere, or could not pass on; put back
@@ -371,6 +372,13 @@ type nowRunner struct {
 }
 
 func (n *nowRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
+	var dl deadlineRef
+	if found, err := readJSONHeader(m.Headers, HeaderDeadline, &dl); found && err == nil && m.RunID != "" {
+		if err := n.e.deadline(ctx, n.f, m, dl); err != nil {
+			return broker.Retry(fmt.Errorf("flow %q: the deadline of run %s: %w", n.f.name, m.RunID, err)).With(compBusy)
+		}
+		return broker.Accept().With(compDeadline)
+	}
 	d := readStep(m)
 	if d.err != nil {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q: compensate now: %w", n.f.name, d.err))).With(compMalformed)

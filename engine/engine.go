@@ -109,9 +109,12 @@ type Engine struct {
 	data journal.DataStore
 	// joins is the journal as a keeper of joins, nil when it is not one:
 	// a flow that forks needs one.
-	joins  journal.JoinStore
-	writer *journal.Writer
-	store  patterns.ResultStore
+	joins journal.JoinStore
+	// cancels are the runs known cancelled, and the steps in flight a
+	// cancellation stops.
+	cancels cancels
+	writer  *journal.Writer
+	store   patterns.ResultStore
 	// once runs every unit that must happen once (a step, a compensation)
 	// on store.
 	once    *patterns.Once

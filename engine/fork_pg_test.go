@@ -11,10 +11,8 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
-	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/brokertest"
-	"github.com/acemq/acemq-flow/persistence"
 )
 
 // TestForksOnPostgreSQLAcrossTwoWorkers: two workers in two engines share
@@ -24,12 +22,7 @@ import (
 // is compensated across both workers.
 func TestForksOnPostgreSQLAcrossTwoWorkers(t *testing.T) {
 	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
-		db, tables := testDatabase(t)
-		j, err := persistence.NewSQLJournal(db, persistence.SQLJournalConfig{Tables: tables})
-		require.NoError(t, err)
-		store, err := persistence.NewSQLIdempotencyStore(db, persistence.SQLIdempotencyStoreConfig{Tables: tables})
-		require.NoError(t, err)
-		cfg := engine.Config{Journal: j, Store: store}
+		cfg := onPostgres(t)
 		ef := newEffects()
 		step := func(name string) func(context.Context, Order) (Order, error) {
 			return func(ctx context.Context, o Order) (Order, error) {
@@ -100,7 +93,7 @@ func TestForksOnPostgreSQLAcrossTwoWorkers(t *testing.T) {
 		for i := range 200 {
 			require.Equal(t, 1, ef.get(ok, fmt.Sprint("line-", i)), "line %d", i)
 		}
-		st, err := j.JoinStatus(context.Background(), ok, "0/2/lines")
+		st, err := cfg.Journal.(journal.JoinStore).JoinStatus(context.Background(), ok, "0/2/lines")
 		require.NoError(t, err)
 		require.Equal(t, journal.JoinStatus{Join: st.Join, Dispatched: 200, Arrived: 200}, st)
 		require.Equal(t, 25, st.Limit)

@@ -55,6 +55,10 @@ const (
 	// once its signal came, and on the wait's timer (timeout true): the
 	// key of the wait's join, where the signal is kept.
 	HeaderSignal = "acemq-flow-signal"
+	// HeaderDeadline is on the timer of a run's dsl.Deadline, sent to the
+	// flow's compensate-now queue for when it passes: the replay of the
+	// run it is for.
+	HeaderDeadline = "acemq-flow-deadline"
 )
 
 // holdRef is the acemq-flow-hold header.

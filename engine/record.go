@@ -163,6 +163,9 @@ func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) 
 		switch a.result {
 		case resultCancelled:
 			base.Kind, base.Outcome, base.Status = journal.KindCancel, "dropped: the run was cancelled while it waited", ""
+			if !d.held && d.signal == nil {
+				base.Outcome = "not run: the run was cancelled"
+			}
 			base.Key = fmt.Sprintf("dropped/%d/%d", d.replays, d.pos)
 			events = append(events, base)
 		case resultCompensating:

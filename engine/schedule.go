@@ -156,15 +156,3 @@ func (e *Engine) Cancel(ctx context.Context, runID string) (Scheduled, error) {
 		Seq: r.Seq + 1, Key: fmt.Sprintf("cancel/%d", r.Replays)})
 	return s, e.writer.Flush(ctx)
 }
-
-// cancelled reports whether the journal has the run cancelled.
-func (e *Engine) cancelled(ctx context.Context, runID string) (bool, error) {
-	r, err := e.journal.Run(ctx, runID)
-	switch {
-	case errors.Is(err, journal.ErrRunNotFound):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("look up run %s before running it: %w", runID, err)
-	}
-	return r.Status == journal.Cancelled, nil
-}

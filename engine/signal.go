@@ -76,7 +76,7 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) (S
 	fail := func(err error) (SignalSent, error) {
 		return sent, fmt.Errorf("signal %q to run %s: %w", name, runID, err)
 	}
-	run, err := e.journal.Run(ctx, runID)
+	run, err := e.runOf(ctx, runID)
 	if err != nil {
 		return fail(err)
 	}
@@ -241,17 +241,9 @@ func (r *stepRunner) waitMessage(ctx context.Context, d *delivery, ref signalRef
 
 // resumed handles a message back at the wait: the signal's, which lets
 // the run go on, or the wait's timer, which times the wait out unless the
-// signal came first. A run cancelled meanwhile goes no further.
+// signal came first. (A run cancelled meanwhile stops before: decide.)
 func (r *stepRunner) resumed(ctx context.Context, a *stepAttempt) broker.Ack {
 	d := &a.d
-	cancelled, err := r.e.cancelled(ctx, d.m.RunID)
-	if err != nil {
-		return broker.Retry(err)
-	}
-	if cancelled {
-		a.result = resultCancelled
-		return broker.Accept()
-	}
 	ref := *d.signal
 	if !ref.Timeout {
 		return r.signalled(ctx, a, ref.Wait)

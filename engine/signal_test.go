@@ -17,7 +17,6 @@ import (
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/brokertest"
-	"github.com/acemq/acemq-flow/persistence"
 )
 
 // Approval is the signal of the approval flows of these tests.
@@ -67,6 +66,19 @@ func goesOn(fx *fixture, paid <-chan dsl.Signalled[Order, Approval], run string)
 		fx.t.Fatalf("run %s did not go on past its wait; timeline %v", run, fx.outcomes(run))
 	}
 	return dsl.Signalled[Order, Approval]{}
+}
+
+// waitingApproval is a fixture working approvalFlow (with timeout) and a
+// run of it waiting at its wait.
+func waitingApproval(t *testing.T, h *brokertest.Harness, timeout time.Duration) (*fixture, *effects, chan dsl.Signalled[Order, Approval], string) {
+	t.Helper()
+	fx := newFixture(t, h, engine.Config{})
+	ef, paid := newEffects(), make(chan dsl.Signalled[Order, Approval], 1)
+	fx.register(approvalFlow(fx.name, timeout, ef, paid, nil, nil))
+	fx.work()
+	run := fx.start(Order{ID: "o-1"})
+	fx.waitStatus(run, journal.Waiting, 10*time.Second)
+	return fx, ef, paid, run
 }
 
 // TestSignalToAWaitingRun: a run waits at its WaitFor (status waiting,
@@ -187,12 +199,7 @@ func TestWaitTimesOut(t *testing.T) {
 // own signal.
 func TestSignalOnPostgreSQLAcrossEngines(t *testing.T) {
 	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
-		db, tables := testDatabase(t)
-		j, err := persistence.NewSQLJournal(db, persistence.SQLJournalConfig{Tables: tables})
-		require.NoError(t, err)
-		store, err := persistence.NewSQLIdempotencyStore(db, persistence.SQLIdempotencyStoreConfig{Tables: tables})
-		require.NoError(t, err)
-		cfg := engine.Config{Journal: j, Store: store}
+		cfg := onPostgres(t)
 		ef, paid := newEffects(), make(chan dsl.Signalled[Order, Approval], 40)
 		a := newFixture(t, h, cfg)
 		a.register(approvalFlow(a.name, time.Minute, ef, paid, nil, nil))
@@ -273,12 +280,7 @@ func TestWaitForBuildErrors(t *testing.T) {
 // for it.
 func TestSignalFromAnotherService(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
-		fx := newFixture(t, h, engine.Config{})
-		ef, paid := newEffects(), make(chan dsl.Signalled[Order, Approval], 1)
-		fx.register(approvalFlow(fx.name, time.Minute, ef, paid, nil, nil))
-		fx.work()
-		run := fx.start(Order{ID: "o-1"})
-		fx.waitStatus(run, journal.Waiting, 10*time.Second)
+		fx, _, paid, run := waitingApproval(t, h, time.Minute)
 		ctx := brokertest.Ctx(t)
 		send := func(runID, payload string) {
 			t.Helper()

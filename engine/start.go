@@ -132,6 +132,9 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 		}
 		return p.res, fmt.Errorf("start %q: %w", flowName, err)
 	}
+	if err := e.scheduleDeadline(ctx, flowName, p.res); err != nil {
+		return p.res, fmt.Errorf("start %q: run %s started: %w", flowName, p.res.RunID, err)
+	}
 	return p.res, nil
 }
 

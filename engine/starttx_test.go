@@ -72,6 +72,19 @@ func TestStartTx(t *testing.T) {
 
 // testDatabase is a pool on the test database and tables of the test's
 // own, migrated, dropped when the test ends.
+// onPostgres is an engine Config whose run journal and idempotency store
+// are on tables of the test's own (testDatabase), as workers that share a
+// database have them.
+func onPostgres(t testing.TB) engine.Config {
+	t.Helper()
+	db, tables := testDatabase(t)
+	j, err := persistence.NewSQLJournal(db, persistence.SQLJournalConfig{Tables: tables})
+	require.NoError(t, err)
+	store, err := persistence.NewSQLIdempotencyStore(db, persistence.SQLIdempotencyStoreConfig{Tables: tables})
+	require.NoError(t, err)
+	return engine.Config{Journal: j, Store: store}
+}
+
 func testDatabase(t testing.TB) (*pgxpool.Pool, persistence.Tables) {
 	t.Helper()
 	ctx := brokertest.Ctx(t)

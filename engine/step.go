@@ -227,14 +227,31 @@ func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 	if err := r.e.overDeliveryLimit(d); err != nil {
 		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
 	}
-	if d.held {
-		cancelled, err := r.e.cancelled(ctx, d.m.RunID)
-		if err != nil {
-			return broker.Retry(err)
+	if arriving := d.branch != nil && r.spec.Fork != nil; !arriving {
+		why, cancelled := r.e.cancels.why(d.m.RunID)
+		if !cancelled && d.parent != nil {
+			// A child run started a moment before its parent was cancelled
+			// may not have been in the journal for CancelRun to find.
+			if pwhy, ok := r.e.cancels.why(d.parent.Run); ok {
+				if _, err := r.e.CancelRun(ctx, d.m.RunID, CancelRequest{Reason: "its parent run " + d.parent.Run + " was cancelled (" + pwhy + ")"}); err != nil && !errors.Is(err, ErrRunEnded) {
+					return broker.Retry(err)
+				}
+				why, cancelled = r.e.cancels.why(d.m.RunID)
+			}
+		}
+		if !cancelled && (d.held || d.signal != nil) {
+			// It waited (on the ladder, for a signal), maybe longer than
+			// this worker remembers cancellations: the journal knows.
+			run, err := r.e.journal.Run(ctx, d.m.RunID)
+			switch {
+			case err != nil && !errors.Is(err, journal.ErrRunNotFound):
+				return broker.Retry(fmt.Errorf("look up run %s before running it: %w", d.m.RunID, err))
+			case err == nil && run.Status == journal.Cancelled:
+				why, cancelled = run.Error, true
+			}
 		}
 		if cancelled {
-			a.result = resultCancelled
-			return broker.Accept()
+			return r.cancelledHere(ctx, a, why)
 		}
 	}
 	if d.branch != nil {
@@ -259,6 +276,38 @@ func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 	return r.runUnit(ctx, a, d.stepKey(r.spec.Name))
 }
 
+// cancelledHere stops a cancelled run at the step, which does not run:
+// what the run completed is compensated from here (on a branch, the
+// branch is given up, which fails its join and has the run compensated
+// once every branch has stopped), and a child run's parent is told.
+func (r *stepRunner) cancelledHere(ctx context.Context, a *stepAttempt, why string) broker.Ack {
+	d := &a.d
+	a.result = resultCancelled
+	if why == "" {
+		why = "cancelled"
+	}
+	if d.branch != nil {
+		if err := r.e.branchGivenUp(ctx, r.f, d.m, *d.branch, d.state, r.spec.Name, why); err != nil {
+			return broker.Retry(err)
+		}
+		return broker.Accept()
+	}
+	if len(d.state.Compensate) > 0 {
+		if _, _, err := r.e.startCompensation(ctx, r.f, d.m, d.state, nil, r.spec.Name, why, 0); err != nil {
+			return broker.Retry(err)
+		}
+	}
+	if d.parent != nil {
+		// A child run: its parent's step, which waits for it with no
+		// message in flight, hears that it failed (and finds its own run
+		// cancelled, when it is).
+		if err := r.e.childFailed(ctx, d, errors.New(why)); err != nil {
+			return broker.Retry(err)
+		}
+	}
+	return broker.Accept()
+}
+
 // runUnit runs the step's work (a step's function, a join's) once under
 // key and decides what becomes of the delivery.
 func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) broker.Ack {
@@ -267,6 +316,12 @@ func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) br
 	done := patterns.Run(ctx, r.e.once, patterns.Unit[kept]{
 		Key: key, InTx: r.spec.Transactional,
 		Do: func(ctx context.Context) (kept, error) {
+			ids := []string{d.m.RunID}
+			if d.parent != nil {
+				ids = append(ids, d.parent.Run)
+			}
+			ctx, done := r.e.cancels.track(ctx, ids...)
+			defer done()
 			r.e.metrics.reached(ctx, r.f.name, d.m, d.pos, d.replays)
 			w = r.work(ctx, a)
 			return w.kept, errors.Join(w.stepErr, w.giveUp)

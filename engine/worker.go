@@ -12,6 +12,7 @@ import (
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine/journal"
 )
 
 // Worker works the steps and compensations of some of an engine's flows:
@@ -75,6 +76,10 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 	if err := e.conn.RunLadder(ctx); err != nil {
 		return nil, err
 	}
+	// No step of a run cancelled before this worker started may start.
+	if err := e.readCancels(ctx); err != nil {
+		return nil, err
+	}
 	for _, f := range fs {
 		if err := w.consume(ctx, f); err != nil {
 			_ = w.Close(context.WithoutCancel(ctx))
@@ -87,7 +92,28 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 	}
 	w.startHousekeeping()
 	w.background.Go(func() { w.tidier.run(w.bgCtx) })
+	w.background.Go(func() { w.followCancels(w.bgCtx) })
 	return w, nil
+}
+
+// followCancels reads the runs cancelled meanwhile from the journal every
+// cancelPoll, until ctx ends, so that no step of theirs starts here.
+func (w *Worker) followCancels(ctx context.Context) {
+	if _, ok := w.e.journal.(journal.CancelFeed); !ok {
+		return
+	}
+	tick := time.NewTicker(cancelPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := w.e.readCancels(ctx); err != nil && ctx.Err() == nil {
+				w.e.log.Warn("cancelled runs not read from the journal; trying again", slog.Any("error", err))
+			}
+		}
+	}
 }
 
 // journalPurger is a journal that deletes the runs it no longer keeps.

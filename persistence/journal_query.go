@@ -88,6 +88,25 @@ func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, 
 	return runs, nil
 }
 
+// CancelledSince returns the runs cancelled at or after since, those that
+// ended first first, at most limit (journal.CancelFeed): one range of the
+// index of ended runs, so a worker asking every quarter second reads
+// what ended since it last asked.
+func (j *SQLJournal) CancelledSince(ctx context.Context, since time.Time, limit int) ([]journal.Run, error) {
+	if limit <= 0 {
+		limit = journal.DefaultLimit
+	}
+	rows, err := j.db.Query(ctx, j.sql.cancelled, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: runs cancelled since %s: %w", j.t.Runs, since.Format(time.RFC3339), err)
+	}
+	runs, err := pgx.CollectRows(rows, scanRun)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: runs cancelled since %s: %w", j.t.Runs, since.Format(time.RFC3339), err)
+	}
+	return runs, nil
+}
+
 // RunsByIDPrefix returns the runs whose id begins with prefix, in id
 // order (by bytes, as the column's "C" collation sorts), at most limit
 // (journal.DefaultLimit when 0 or less). It reads one range of the
@@ -297,6 +316,8 @@ type journalStatements struct {
 	// ownTimeline, briefBranches and branchEvents are BriefTimeline's
 	// and BranchEvents'.
 	ownTimeline, briefBranches, branchEvents string
+	// cancelled is CancelledSince's.
+	cancelled string
 	// prefix and prefixBounded are RunsByIDPrefix's, without and with an
 	// end to the range.
 	prefix, prefixBounded string
@@ -355,6 +376,9 @@ func renderJournalStatements(t Tables) journalStatements {
 				             EXCLUDED.input IS NOT NULL AND (cur.input IS NULL OR EXCLUDED.input_replays > cur.input_replays) AS newer_input
 				      FROM array_position($1::text[], EXCLUDED.run_id) AS i) AS d)`),
 		run: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = $1`),
+		cancelled: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r
+			WHERE r.ended_at >= $1 AND r.ended_at IS NOT NULL AND r.status = 'cancelled'
+			ORDER BY r.ended_at, r.run_id LIMIT $2`),
 		// $1 the prefix, $2 the limit, $3 where the prefix's range ends.
 		prefix:        t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id >= $1 ORDER BY r.run_id LIMIT $2`),
 		prefixBounded: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id >= $1 AND r.run_id < $3 ORDER BY r.run_id LIMIT $2`),

@@ -241,6 +241,21 @@ type Journal interface {
 	Timeline(ctx context.Context, id string) ([]Event, error)
 }
 
+// CancelledStage is the stage of a run's cancellation (Seq): after every
+// other event of its replay, so that nothing recorded after it, a step
+// that was in flight or the compensation it starts, moves the run out of
+// Cancelled.
+const CancelledStage = 0xffffff
+
+// CancelFeed is a journal that says which runs were cancelled lately, for
+// workers to stop them. Both shipped journals implement it.
+type CancelFeed interface {
+	// CancelledSince returns the runs whose status is Cancelled and whose
+	// end is at or after since, at most limit, those that ended first
+	// first, with when each ended.
+	CancelledSince(ctx context.Context, since time.Time, limit int) ([]Run, error)
+}
+
 // BranchRef names one branch of a run's fork: the fork's join key
 // ("<replays>/<position>/<fork step>") and the branch's index.
 type BranchRef struct {

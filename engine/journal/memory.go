@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // DefaultMaxRuns is how many runs a Memory journal keeps unless told
@@ -181,6 +182,21 @@ func (m *Memory) Run(_ context.Context, id string) (Run, error) {
 		return Run{}, fmt.Errorf("%w: %q", ErrRunNotFound, id)
 	}
 	return r.run, nil
+}
+
+// CancelledSince returns the runs cancelled at or after since, those that
+// ended first first, at most limit (CancelFeed).
+func (m *Memory) CancelledSince(_ context.Context, since time.Time, limit int) ([]Run, error) {
+	m.mu.RLock()
+	out := []Run{}
+	for _, r := range m.runs {
+		if run := r.run; run.Status == Cancelled && run.EndedAt != nil && !run.EndedAt.Before(since) {
+			out = append(out, run)
+		}
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Run) int { return cmp.Or(a.EndedAt.Compare(*b.EndedAt), cmp.Compare(a.ID, b.ID)) })
+	return limited(out, limit), nil
 }
 
 // Runs returns the runs q selects, in q's Order.

@@ -195,7 +195,7 @@ func newRoot(name string, env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 	a.brokerTLS.add(root.PersistentFlags())
 	root.AddCommand(a.versionCommand(), a.topologyCommand(), a.demoCommand(),
 		a.migrateCommand(), a.workerCommand(), a.flowsCommand(), a.startCommand(), a.runsCommand(),
-		a.replayCommand(), a.compensateCommand(), a.scheduleCommand(), a.signalCommand(), a.dashboardCommand(), a.devCommand(), a.topCommand(), a.benchCommand())
+		a.replayCommand(), a.compensateCommand(), a.scheduleCommand(), a.signalCommand(), a.cancelCommand(), a.dashboardCommand(), a.devCommand(), a.topCommand(), a.benchCommand())
 	documentEnv(root)
 	return root
 }

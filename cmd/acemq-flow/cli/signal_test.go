@@ -62,3 +62,30 @@ func TestSignal(t *testing.T) {
 	require.Equal(t, 1, alone.code)
 	require.Contains(t, alone.stderr, "database")
 }
+
+// TestCancel: a waiting run cancelled from the command line ends
+// cancelled, its timeline saying who asked and why; a run that is over is
+// refused.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	fx := newCLIFixture(t, true)
+	require.Zero(t, fx.run("migrate").code)
+	fx.startWorker()
+	var started engine.Started
+	fx.runJSON(&started, "start", fx.flow("approvals"), "--payload", `{"id":"c-1","amount":3}`)
+	fx.waitStatus(started.RunID, journal.Waiting, 10*time.Second)
+	var c engine.CancelledRun
+	fx.runJSON(&c, "cancel", started.RunID, "--reason", "the customer changed their mind")
+	require.Equal(t, started.RunID, c.RunID)
+	require.Equal(t, "the customer changed their mind", c.Reason)
+	require.Equal(t, osUser(), c.Actor)
+	fx.waitStatus(started.RunID, journal.Cancelled, 10*time.Second)
+	shown := fx.run("runs", "show", started.RunID)
+	require.Zero(t, shown.code, shown.stderr)
+	require.Contains(t, shown.stdout, "cancelled by "+osUser()+": the customer changed their mind")
+	again := fx.run("cancel", started.RunID)
+	require.Equal(t, 1, again.code)
+	require.Contains(t, again.stderr, "the run is over")
+	signal := fx.run("signal", started.RunID, "approval", "--payload", `{"by":"ada"}`)
+	require.Equal(t, 1, signal.code)
+}

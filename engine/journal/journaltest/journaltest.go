@@ -43,6 +43,7 @@ func Run(t *testing.T, open Open) {
 		"soonest due first":              soonestDueFirst,
 		"runs by id prefix":              runsByIDPrefix,
 		"resolving a shortened id":       resolvingShortenedID,
+		"cancelled since":                cancelledSince,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -590,4 +591,46 @@ func resolvingShortenedID(t *testing.T, j journal.Journal) {
 	record(t, j, start("a9", "orders", 99, `{}`))
 	_, err = journal.Resolve(ctx, j, "a")
 	require.ErrorContains(t, err, `"a" begins the ids of more than 5 runs, among them a9, ab, abc, abd, aÿ (give more of the id)`)
+}
+
+// cancelledSince: a CancelFeed gives the runs cancelled at or after a
+// time, those that ended first first, at most the limit; runs that ended
+// otherwise, or are still running, are not among them.
+func cancelledSince(t *testing.T, j journal.Journal) {
+	feed, ok := j.(journal.CancelFeed)
+	if !ok {
+		t.Skipf("%T is no CancelFeed", j)
+	}
+	ctx := ctxOf(t)
+	cancel := func(run string, s int) journal.Event {
+		return journal.Event{RunID: run, Flow: "orders", Key: "cancel/0", Kind: journal.KindCancel, Outcome: "cancelled by ops",
+			Error: "cancelled by ops", StartedAt: at(s), EndedAt: at(s), Status: journal.Cancelled, RunStep: "validate",
+			Seq: journal.Seq(0, journal.CancelledStage, 0, 0)}
+	}
+	record(t, j, start("c1", "orders", 0, `{}`), start("c2", "orders", 0, `{}`), start("c3", "orders", 0, `{}`), start("c4", "orders", 0, `{}`))
+	record(t, j, cancel("c2", 20), cancel("c1", 10),
+		step("c3", "orders", "validate", 0, 1, 15, "completed", journal.Completed, "validate"))
+	// A step that was in flight, recorded after the cancellation, leaves
+	// the run cancelled.
+	record(t, j, step("c1", "orders", "validate", 0, 1, 30, "completed", journal.Running, "charge"))
+	ids := func(runs []journal.Run) []string {
+		out := []string{}
+		for _, r := range runs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	got, err := feed.CancelledSince(ctx, at(10), 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c1", "c2"}, ids(got), "the cancelled runs, those that ended first first")
+	require.Equal(t, "cancelled by ops", got[0].Error)
+	got, err = feed.CancelledSince(ctx, at(11), 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c2"}, ids(got))
+	got, err = feed.CancelledSince(ctx, at(0), 1)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c1"}, ids(got), "at most the limit")
+	r, err := j.Run(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, journal.Cancelled, r.Status)
 }

@@ -150,7 +150,9 @@ func (r *Requester) call(parent context.Context, payload any, opts []broker.Publ
 	}
 	defer r.forget(id)
 	if err := r.conn.Send(ctx, out); err != nil {
-		if ctx.Err() != nil && parent.Err() == nil {
+		// A deadline (the requester's or the caller's) that passed while
+		// the request was being sent is a request that timed out.
+		if ctx.Err() != nil && (parent.Err() == nil || errors.Is(parent.Err(), context.DeadlineExceeded)) {
 			return nil, r.timedOut(parent)
 		}
 		return nil, fmt.Errorf("request to %q: %w", r.to, err)

@@ -34,4 +34,12 @@
 // start a run; ship is retried and given up, and the run shows as failed;
 // restart the worker without the variable and replay the run, which
 // completes.
+//
+// # approve-refund
+//
+// [ApproveRefund] puts a hold on a refund's amount, waits up to two days
+// for a person's approval (the signal "approval", an [Approval], sent
+// with `acemq-flow signal <run-id> approval --payload ...`), and pays the
+// refund or not as it says; a run that waits past that, or is cancelled
+// (`acemq-flow cancel`), has its hold released.
 package workflows

@@ -35,7 +35,7 @@ var PlaceOrder = NewPlaceOrder(PlaceOrderName, NewStandIns().Services())
 // Flows is every flow shipped with the acemq-flow binary, for
 // cli.Main(workflows.Flows()...).
 func Flows() []*dsl.FlowDef {
-	return []*dsl.FlowDef{PlaceOrder}
+	return []*dsl.FlowDef{PlaceOrder, ApproveRefund}
 }
 
 // Order is a place-order run's payload: what the customer asked for, and

@@ -483,3 +483,47 @@ func TestCloseStopsAGroupReplay(t *testing.T) {
 	status, _, _ = dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/failed/replay", url.Values{"csrf": {dashboardtest.CSRF(t, page)}, "group": {key}, "confirm": {"1"}, "run": ids[:1]}, nil)
 	require.Equal(t, http.StatusServiceUnavailable, status, "refused once closed")
 }
+
+// TestSignalAndCancelFromTheRunPage: a waiting run's page says what it
+// waits for and offers its signal, which resumes it; a run that has not
+// ended offers a cancel that needs its confirmation ticked, and then
+// cancels it with its reason; a run that is over offers neither.
+func TestSignalAndCancelFromTheRunPage(t *testing.T) {
+	t.Parallel()
+	fx := dashboardtest.New(t, dashboard.Config{})
+	c := dashboardtest.Client(t)
+	run := fx.StartWaiting(dashboardtest.Order{ID: "o-1"})
+	_, page, _ := dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/runs/"+run, nil, nil)
+	require.Contains(t, page, "Waiting for the signal <strong>approval</strong>")
+	require.Contains(t, page, `id="signal"`)
+	require.Contains(t, page, `id="cancel"`)
+	csrf := dashboardtest.CSRF(t, page)
+	status, body, _ := dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/signal",
+		url.Values{"csrf": {csrf}, "signal": {"approval"}, "payload": {`{"by":7}`}}, nil)
+	require.Equal(t, http.StatusBadRequest, status, "a payload that is not the signal's")
+	require.Contains(t, body, "payload")
+	status, _, resp := dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/signal",
+		url.Values{"csrf": {csrf}, "signal": {"approval"}, "payload": {`{"by":"ada"}`}}, nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Equal(t, "/runs/"+run+"?done=signalled", resp.Header.Get("Location"))
+	fx.Wait(run, journal.Completed)
+	_, page, _ = dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/runs/"+run, nil, nil)
+	require.NotContains(t, page, `id="cancel"`, "a completed run cannot be cancelled")
+	require.NotContains(t, page, `id="signal"`)
+
+	other := fx.StartWaiting(dashboardtest.Order{ID: "o-2"})
+	status, body, _ = dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+other+"/cancel",
+		url.Values{"csrf": {csrf}, "reason": {"not wanted"}}, nil)
+	require.Equal(t, http.StatusBadRequest, status, "not confirmed")
+	require.Contains(t, body, "tick the confirmation")
+	require.Equal(t, journal.Waiting, fx.Wait(other, journal.Waiting).Status)
+	status, _, resp = dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+other+"/cancel",
+		url.Values{"csrf": {csrf}, "reason": {"not wanted"}, "confirm": {"1"}}, nil)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Equal(t, "/runs/"+other+"?done=cancelled", resp.Header.Get("Location"))
+	r := fx.Wait(other, journal.Cancelled)
+	require.Equal(t, "cancelled by dashboard: not wanted", r.Error)
+	status, _, _ = dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+other+"/cancel",
+		url.Values{"csrf": {csrf}, "confirm": {"1"}}, nil)
+	require.Equal(t, http.StatusConflict, status, "a run that is over")
+}

@@ -148,6 +148,12 @@ type runPage struct {
 	Flash, Error  string
 	CanReplay     bool
 	CanCompensate bool
+	// CanCancel offers to cancel a run that has not ended; Signal is the
+	// WaitFor a waiting run waits at, whose signal the page offers to send
+	// ("" for none), and SignalUntil when the wait times out.
+	CanCancel   bool
+	Signal      string
+	SignalUntil *time.Time
 	// Why says why a failed run cannot be replayed here.
 	Why string
 }
@@ -157,6 +163,8 @@ type runPage struct {
 var flashes = map[string]string{
 	"replayed":     "Replayed: the run's message went back to the step that gave it up, with a fresh retry budget.",
 	"compensating": "Sent to be compensated: a worker of the flow starts the compensations of the steps it had completed.",
+	"cancelled":    "Cancelled: no further step of it starts, and what it completed is being compensated.",
+	"signalled":    "Signal sent: the run goes on with it (or takes it when it reaches its wait).",
 }
 
 // run is one run's page.
@@ -222,6 +230,12 @@ func (d *Dashboard) runPage(w http.ResponseWriter, r *http.Request) (runPage, in
 		p.Events = timeline.Shorten(own)
 		p.Shortened = len(p.Events) < len(own)
 		p.Whole = "/runs/" + url.PathEscape(id) + "?timeline=all"
+	}
+	if !run.Status.Stopped() && info != nil && d.canAct() {
+		p.CanCancel = true
+		if run.Status == journal.Waiting && slices.ContainsFunc(info.Steps, func(s engine.StepInfo) bool { return s.Name == run.Step && s.Wait != nil }) {
+			p.Signal, p.SignalUntil = run.Step, run.DueAt
+		}
 	}
 	if run.Status == journal.Failed {
 		switch {
@@ -306,13 +320,45 @@ func (d *Dashboard) compensate(w http.ResponseWriter, r *http.Request) {
 	d.act(w, r, "compensating", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Compensate(ctx, id) })
 }
 
+// cancelRun cancels a run that has not ended, once the form's
+// confirmation is ticked, with its reason; the dashboard is who asked.
+func (d *Dashboard) cancelRun(w http.ResponseWriter, r *http.Request) {
+	act(d, w, r, "cancelled", func(ctx context.Context, id string) (engine.CancelledRun, error) {
+		if r.PostFormValue("confirm") == "" {
+			return engine.CancelledRun{}, errNotConfirmed
+		}
+		return d.eng.CancelRun(ctx, id, engine.CancelRequest{Reason: r.PostFormValue("reason"), Actor: "dashboard"})
+	})
+}
+
+// signal sends a waiting run the signal of its wait, with the form's JSON
+// payload.
+func (d *Dashboard) signal(w http.ResponseWriter, r *http.Request) {
+	act(d, w, r, "signalled", func(ctx context.Context, id string) (engine.SignalSent, error) {
+		payload := strings.TrimSpace(r.PostFormValue("payload"))
+		if !json.Valid([]byte(payload)) {
+			return engine.SignalSent{}, fmt.Errorf("%w: the payload is not JSON", engine.ErrInvalidPayload)
+		}
+		return d.eng.Signal(ctx, id, r.PostFormValue("signal"), json.RawMessage(payload))
+	})
+}
+
+// errNotConfirmed: a cancel form sent without its confirmation ticked.
+var errNotConfirmed = errors.New("not cancelled: tick the confirmation first")
+
 func (d *Dashboard) act(w http.ResponseWriter, r *http.Request, done string, do func(context.Context, string) (engine.Moved, error)) {
+	act(d, w, r, done, do)
+}
+
+// act does what an action's form asks to run id, then shows the run: with
+// done's flash after a redirect, or the error and its status.
+func act[T any](d *Dashboard, w http.ResponseWriter, r *http.Request, done string, do func(context.Context, string) (T, error)) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.ActionTimeout)
 	defer cancel()
-	moved, err := do(ctx, id)
+	res, err := do(ctx, id)
 	if err == nil {
-		d.log.Info("dashboard: run "+done, "run_id", id, "flow", moved.Flow, "from", moved.From, "to", moved.To, "remote", r.RemoteAddr)
+		d.log.Info("dashboard: run "+done, "run_id", id, "result", fmt.Sprintf("%+v", res), "remote", r.RemoteAddr)
 		http.Redirect(w, r, "/runs/"+url.PathEscape(id)+"?done="+done, http.StatusSeeOther)
 		return
 	}
@@ -328,8 +374,11 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request, done string, do 
 // actionStatus is the HTTP status of a replay or compensation that failed.
 func actionStatus(err error) int {
 	switch {
-	case errors.Is(err, engine.ErrNotReplayable), errors.Is(err, engine.ErrNotCompensable):
+	case errors.Is(err, engine.ErrNotReplayable), errors.Is(err, engine.ErrNotCompensable), errors.Is(err, engine.ErrRunEnded),
+		errors.Is(err, engine.ErrSignalTaken), errors.Is(err, engine.ErrSignalTimedOut):
 		return http.StatusConflict
+	case errors.Is(err, engine.ErrInvalidPayload), errors.Is(err, engine.ErrNoSuchWait), errors.Is(err, errNotConfirmed):
+		return http.StatusBadRequest
 	case errors.Is(err, engine.ErrMessageNotFound), errors.Is(err, engine.ErrUnknownFlow):
 		return http.StatusNotFound
 	default:

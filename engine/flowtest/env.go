@@ -357,6 +357,24 @@ func (e *Env) Cancel(runID string) engine.Scheduled {
 	return act(e, "cancel", runID, e.eng.Cancel)
 }
 
+// Signal settles the system and sends the run the signal name with
+// payload (engine.Signal).
+func (e *Env) Signal(runID, name string, payload any) engine.SignalSent {
+	e.t.Helper()
+	return act(e, "signal", runID, func(ctx context.Context, id string) (engine.SignalSent, error) {
+		return e.eng.Signal(ctx, id, name, payload)
+	})
+}
+
+// CancelRun settles the system and cancels the run (engine.CancelRun):
+// it is stopped and compensated.
+func (e *Env) CancelRun(runID, reason string) engine.CancelledRun {
+	e.t.Helper()
+	return act(e, "cancel", runID, func(ctx context.Context, id string) (engine.CancelledRun, error) {
+		return e.eng.CancelRun(ctx, id, engine.CancelRequest{Reason: reason, Actor: "flowtest"})
+	})
+}
+
 // act settles the system and does what to the run as an operator would,
 // failing the test when the engine refuses.
 func act[T any](e *Env, what, runID string, do func(context.Context, string) (T, error)) T {

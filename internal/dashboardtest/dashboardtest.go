@@ -54,8 +54,11 @@ type Fixture struct {
 	Eng     *engine.Engine
 	Metrics *sdkmetric.ManualReader
 	Flow    string
-	Dash    *dashboard.Dashboard
-	Srv     *httptest.Server
+	// WaitFlow is a flow whose runs wait for the signal "approval" (an
+	// Approval) after a compensable first step.
+	WaitFlow string
+	Dash     *dashboard.Dashboard
+	Srv      *httptest.Server
 
 	mu      sync.Mutex
 	charged map[string]int
@@ -91,7 +94,13 @@ func New(t *testing.T, cfg dashboard.Config, lookup ...time.Duration) *Fixture {
 		// A failed run waits for a replay rather than compensating at once.
 		dsl.HoldForReplay(time.Hour),
 	)
-	fx.Worker = fx.Engine(def, broker.Config{})
+	fx.WaitFlow = fx.Flow + "-wait"
+	wait := dsl.Flow(fx.WaitFlow,
+		dsl.Step("hold", func(_ context.Context, o Order) (Order, error) { return o, nil }).
+			Compensate(func(context.Context, Order) error { return nil }),
+		dsl.WaitFor[Order, Approval]("approval", time.Hour),
+		dsl.Step("done", func(_ context.Context, s dsl.Signalled[Order, Approval]) (Order, error) { return s.Input, nil }))
+	fx.Worker = fx.EngineOn(def, broker.Config{}, fx.Journal, wait)
 	w, err := fx.Worker.StartWorker(brokertest.Ctx(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, w.Close(context.Background())) })
@@ -100,7 +109,7 @@ func New(t *testing.T, cfg dashboard.Config, lookup ...time.Duration) *Fixture {
 	if len(lookup) > 0 {
 		ej = slowLookups{Journal: j, delay: lookup[0]}
 	}
-	fx.Eng = fx.EngineOn(def, broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(fx.Metrics))}, ej)
+	fx.Eng = fx.EngineOn(def, broker.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(fx.Metrics))}, ej, wait)
 	if cfg.Journal == nil && cfg.Engine == nil {
 		cfg.Journal, cfg.Engine = j, fx.Eng
 	}
@@ -120,14 +129,29 @@ func (fx *Fixture) Engine(def *dsl.FlowDef, bc broker.Config) *engine.Engine {
 	return fx.EngineOn(def, bc, fx.Journal)
 }
 
-// EngineOn is Engine recording in j.
-func (fx *Fixture) EngineOn(def *dsl.FlowDef, bc broker.Config, j journal.Journal) *engine.Engine {
+// EngineOn is Engine recording in j, with more flows registered.
+func (fx *Fixture) EngineOn(def *dsl.FlowDef, bc broker.Config, j journal.Journal, more ...*dsl.FlowDef) *engine.Engine {
 	conn := fx.H.Open(bc)
 	eng, err := engine.New(engine.Config{Conn: conn, Journal: j})
 	require.NoError(fx.T, err)
 	fx.T.Cleanup(func() { require.NoError(fx.T, eng.Close(context.Background())) })
-	require.NoError(fx.T, eng.Register(def))
+	require.NoError(fx.T, eng.Register(append([]*dsl.FlowDef{def}, more...)...))
 	return eng
+}
+
+// Approval is the signal the fixture's WaitFlow waits for.
+type Approval struct {
+	By string `json:"by"`
+}
+
+// StartWaiting starts a run of WaitFlow and waits until it waits for its
+// signal.
+func (fx *Fixture) StartWaiting(o Order) string {
+	fx.T.Helper()
+	res, err := fx.Worker.Start(brokertest.Ctx(fx.T), fx.WaitFlow, o)
+	require.NoError(fx.T, err)
+	fx.Wait(res.RunID, journal.Waiting)
+	return res.RunID
 }
 
 func (fx *Fixture) charge(ctx context.Context, o Order) (Order, error) {

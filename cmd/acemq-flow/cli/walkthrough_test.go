@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -49,14 +50,8 @@ func shippedBinary(t *testing.T) string {
 // RabbitMQ virtual host and a PostgreSQL schema of its own.
 func TestWalkthrough(t *testing.T) {
 	t.Parallel()
-	fx := &cliFixture{t: t, dbURL: testSchema(t)}
-	fx.bin = shippedBinary(t)
-	fx.env = append(cleanEnviron(), "ACEMQ_URL="+testenv.VHost(t), "ACEMQ_DATABASE_URL="+fx.dbURL)
-
 	// 1. migrate; a worker with ship down.
-	r := fx.run("migrate")
-	require.Zero(t, r.code, r.stderr)
-	require.Contains(t, r.stdout, "applied")
+	fx := shippedFixture(t)
 	outage := fx.startWorkerEnv([]string{"ACEMQ_DEMO_OUTAGE=ship"})
 
 	// 2. start place-order with the example the flow offers.
@@ -95,6 +90,20 @@ func TestWalkthrough(t *testing.T) {
 	require.Equal(t, 1, done.Replays)
 }
 
+// shippedFixture runs the built binary with the shipped flows, in a
+// RabbitMQ virtual host and a PostgreSQL schema of the test's own (the
+// shipped flows' names are fixed), its tables migrated.
+func shippedFixture(t *testing.T) *cliFixture {
+	t.Helper()
+	fx := &cliFixture{t: t, dbURL: testSchema(t)}
+	fx.bin = shippedBinary(t)
+	fx.env = append(cleanEnviron(), "ACEMQ_URL="+testenv.VHost(t), "ACEMQ_DATABASE_URL="+fx.dbURL)
+	r := fx.run("migrate")
+	require.Zero(t, r.code, r.stderr)
+	require.Contains(t, r.stdout, "applied")
+	return fx
+}
+
 // startWorkerEnv starts a worker of the fixture's binary with extra
 // environment variables.
 func (fx *cliFixture) startWorkerEnv(extraEnv []string) *workerProc {
@@ -103,4 +112,47 @@ func (fx *cliFixture) startWorkerEnv(extraEnv []string) *workerProc {
 	fx.env = append(append([]string(nil), saved...), extraEnv...)
 	defer func() { fx.env = saved }()
 	return fx.startWorker()
+}
+
+// TestRefundWalkthrough runs the README's approve-refund walkthrough
+// through the built binary: a run waits for its approval (runs list,
+// schedule list), is signalled and completes; another is cancelled and
+// compensated, its timeline saying who and why.
+func TestRefundWalkthrough(t *testing.T) {
+	t.Parallel()
+	fx := shippedFixture(t)
+	fx.startWorkerEnv(nil)
+
+	var started engine.Started
+	fx.runJSON(&started, "start", "approve-refund", "--payload", `{"order":"o-1001","customer":"Ada","amount_cents":4200}`)
+	run := started.RunID
+	fx.waitStatus(run, journal.Waiting, 30*time.Second)
+	var waiting []journal.Run
+	fx.runJSON(&waiting, "runs", "list", "--status", "waiting")
+	require.True(t, slices.ContainsFunc(waiting, func(r journal.Run) bool { return r.ID == run && r.Step == "approval" }), "%+v", waiting)
+	var list scheduleList
+	fx.runJSON(&list, "schedule", "list")
+	require.True(t, slices.ContainsFunc(list.Waiting, func(s engine.Scheduled) bool { return s.RunID == run && s.Kind == engine.ScheduledSignal }), "%+v", list)
+	sig := fx.run("signal", run, "approval", "--payload", `{"by":"bob","approved":true}`)
+	require.Zero(t, sig.code, sig.stderr)
+	done := fx.waitStatus(run, journal.Completed, 30*time.Second)
+	outcomes := strings.Join(done.outcomes(), " ")
+	require.Contains(t, outcomes, "step:approval:waiting for signal approval until")
+	require.Contains(t, outcomes, "step:pay-refund:completed")
+
+	var other engine.Started
+	fx.runJSON(&other, "start", "approve-refund", "--payload", `{"order":"o-1002","customer":"Ada","amount_cents":900}`)
+	fx.waitStatus(other.RunID, journal.Waiting, 30*time.Second)
+	c := fx.run("cancel", other.RunID, "--reason", "the customer withdrew it")
+	require.Zero(t, c.code, c.stderr)
+	cancelled := fx.waitStatus(other.RunID, journal.Cancelled, 30*time.Second)
+	require.Eventually(t, func() bool {
+		r := fx.run("runs", "show", other.RunID, "-o", "json")
+		var shown shownRun
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &shown) == nil &&
+			strings.Contains(strings.Join(shown.outcomes(), " "), "compensation:request-refund:compensated")
+	}, 30*time.Second, 100*time.Millisecond, "its hold is released: %v", cancelled.outcomes())
+	shown := fx.run("runs", "show", other.RunID)
+	require.Zero(t, shown.code, shown.stderr)
+	require.Contains(t, shown.stdout, "the customer withdrew it")
 }

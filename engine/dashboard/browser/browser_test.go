@@ -380,3 +380,39 @@ func TestInABrowserBranches(t *testing.T) {
 	require.Contains(t, loc, "#fork-1", "back at the fork")
 	require.Equal(t, int32(0), opened.Load(), "no page opened a dialog")
 }
+
+// TestInABrowserSignalAndCancel: a waiting run's page says what it waits
+// for; its form sends the signal typed in, and the run completes. Another
+// run's Cancel button does nothing until its confirmation is ticked, then
+// cancels the run with the reason typed in.
+func TestInABrowserSignalAndCancel(t *testing.T) {
+	t.Parallel()
+	fx := dashboardtest.New(t, dashboard.Config{})
+	ctx := browser(t)
+	waiting := fx.StartWaiting(dashboardtest.Order{ID: "o-1"})
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+waiting))
+	require.Equal(t, "waiting", text(t, ctx, "status"))
+	require.Contains(t, text(t, ctx, "waiting"), "Waiting for the signal approval until")
+	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("signal-payload"), `{"by":"ada"}`)))
+	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("signal")))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status)
+	require.Contains(t, text(t, ctx, "flash"), "Signal sent")
+	fx.Wait(waiting, journal.Completed)
+
+	other := fx.StartWaiting(dashboardtest.Order{ID: "o-2"})
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+other))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("cancel"))))
+	require.False(t, eval[bool](t, ctx, `document.getElementById("cancel-form").checkValidity()`), "the confirmation is not ticked")
+	require.Equal(t, journal.Waiting, fx.Wait(other, journal.Waiting).Status, "nothing was sent")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("cancel-reason"), "not wanted"),
+		chromedp.Click(chromedp.ID("cancel-confirm")),
+	))
+	resp, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("cancel")))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status)
+	require.Contains(t, text(t, ctx, "flash"), "Cancelled")
+	r := fx.Wait(other, journal.Cancelled)
+	require.Equal(t, "cancelled by dashboard: not wanted", r.Error)
+}

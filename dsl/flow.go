@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -26,17 +27,20 @@ type stepPart interface {
 // thing wrong with them (Err). It is immutable once built and safe to
 // share.
 type FlowDef struct {
-	name      string
-	steps     []StepSpec
-	example   any
-	hasEx     bool
-	hold      time.Duration
-	deadline  time.Duration
-	itinerary *itinerary
-	codec     Codec
-	crons     []CronSpec
-	cronIn    []reflect.Type
-	err       error
+	name     string
+	steps    []StepSpec
+	example  any
+	hasEx    bool
+	hold     time.Duration
+	deadline time.Duration
+	// deadlineAtSrc is DeadlineAt's expression, deadlineAt compiled.
+	deadlineAtSrc string
+	deadlineAt    *Expr
+	itinerary     *itinerary
+	codec         Codec
+	crons         []CronSpec
+	cronIn        []reflect.Type
+	err           error
 }
 
 // CompensateQueueInfix names the queues of a flow's compensations,
@@ -200,6 +204,15 @@ func (f *FlowDef) check() error {
 			}
 		}
 	}
+	if f.deadlineAtSrc != "" {
+		if f.deadline > 0 {
+			return f.fail("", "both Deadline and DeadlineAt: a run has one deadline")
+		}
+		var err error
+		if f.deadlineAt, err = compileExpr(f.deadlineAtSrc, f.Input(), exprTime); err != nil {
+			return f.fail("", "DeadlineAt %w", err)
+		}
+	}
 	if f.hasEx {
 		if in := f.Input(); in != nil && f.example != nil && !reflect.TypeOf(f.example).AssignableTo(in) {
 			return f.fail("", "the example is a %T, but the flow takes %s", f.example, in)
@@ -337,6 +350,10 @@ func (f *FlowDef) HoldForReplay() time.Duration { return f.hold }
 // Deadline is how long after its start a run is stopped (0: never).
 func (f *FlowDef) Deadline() time.Duration { return f.deadline }
 
+// DeadlineAt is DeadlineAt's expression, compiled against the flow's
+// input (nil when the flow has none).
+func (f *FlowDef) DeadlineAt() *Expr { return f.deadlineAt }
+
 // Codec is the flow's payload codec (JSON unless WithCodec said otherwise).
 func (f *FlowDef) Codec() Codec { return f.codec }
 
@@ -436,6 +453,17 @@ func Deadline(d time.Duration) Part {
 		return &settingPart{err: fmt.Errorf("Deadline %s, want at least 1s (the scheduler ladder's shortest rung)", d)}
 	}
 	return &settingPart{apply: func(f *FlowDef) { f.deadline = d }}
+}
+
+// DeadlineAt is Deadline with the time taken from the run's input by an
+// expr-lang expression (a time.Time field, or an RFC 3339 string:
+// payload.respond_by); a time already past stops the run as soon as it
+// starts. A flow has Deadline or DeadlineAt, not both.
+func DeadlineAt(expr string) Part {
+	if strings.TrimSpace(expr) == "" {
+		return &settingPart{err: errors.New("DeadlineAt with no expression")}
+	}
+	return &settingPart{apply: func(f *FlowDef) { f.deadlineAtSrc = expr }}
 }
 
 // WithCodec sets the codec the flow's payloads travel in (default JSON).

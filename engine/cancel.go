@@ -126,18 +126,28 @@ type deadlineRef struct {
 	Replays int `json:"replays"`
 }
 
+// deadline is when a run started at start on input is stopped: the
+// flow's Deadline after its start, or its DeadlineAt of the input (zero:
+// no deadline).
+func (f *flow) deadline(input any, start time.Time) (time.Time, error) {
+	switch {
+	case f.def.DeadlineAt() != nil:
+		return f.def.DeadlineAt().Time(input)
+	case f.def.Deadline() > 0:
+		return start.Add(f.def.Deadline()), nil
+	}
+	return time.Time{}, nil
+}
+
 // scheduleDeadline puts the timer of a new run's deadline on the ladder,
 // for a flow with one: a message to the flow's compensate-now queue, due
-// the deadline after the run's start, which cancels the run if it has not
-// ended by then (nowRunner.deadline).
-func (e *Engine) scheduleDeadline(ctx context.Context, flowName string, res Started) error {
+// at the deadline, which cancels the run if it has not ended by then
+// (nowRunner.deadline).
+func (e *Engine) scheduleDeadline(ctx context.Context, flowName string, p started) error {
+	res := p.res
 	f, err := e.flow(flowName)
-	if err != nil || f.def.Deadline() <= 0 || res.Existing {
+	if err != nil || p.deadline.IsZero() || res.Existing {
 		return err
-	}
-	at := res.DueAt
-	if at.IsZero() {
-		at = e.now()
 	}
 	h, err := jsonHeader(deadlineRef{Replays: res.Replays})
 	if err != nil {
@@ -149,7 +159,7 @@ func (e *Engine) scheduleDeadline(ctx context.Context, flowName string, res Star
 	if err != nil {
 		return fmt.Errorf("its deadline: %w", err)
 	}
-	if err := e.conn.Schedule(ctx, at.Add(f.def.Deadline()), out); err != nil {
+	if err := e.conn.Schedule(ctx, p.deadline, out); err != nil {
 		return fmt.Errorf("schedule its deadline: %w", err)
 	}
 	return nil
@@ -167,7 +177,11 @@ func (e *Engine) deadline(ctx context.Context, f *flow, m *broker.Message, ref d
 	case run.Status.Stopped() || run.Replays != ref.Replays:
 		return nil
 	}
-	_, err = e.CancelRun(ctx, m.RunID, CancelRequest{Reason: fmt.Sprintf("its deadline, %s after its start, passed", f.def.Deadline()), Actor: "deadline"})
+	why := "its deadline passed"
+	if d := f.def.Deadline(); d > 0 {
+		why = fmt.Sprintf("its deadline, %s after its start, passed", d)
+	}
+	_, err = e.CancelRun(ctx, m.RunID, CancelRequest{Reason: why, Actor: "deadline"})
 	if errors.Is(err, ErrRunEnded) {
 		return nil
 	}

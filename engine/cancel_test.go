@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -245,13 +246,7 @@ func TestDeadline(t *testing.T) {
 		fx.register(blockingFlow(fx.name, ef, started, causes, dsl.Deadline(time.Second)))
 		fx.work()
 		run := fx.start(Order{ID: "slow"})
-		select {
-		case cause := <-causes:
-			require.ErrorIs(t, cause, engine.ErrRunCancelled)
-		case <-time.After(20 * time.Second):
-			t.Fatalf("the deadline did not stop the run; timeline %v", fx.outcomes(run))
-		}
-		r := fx.waitStatus(run, journal.Cancelled, 10*time.Second)
+		r := stoppedByDeadline(fx, causes, run)
 		require.Contains(t, r.Error, "cancelled by deadline: its deadline, 1s after its start, passed")
 		require.Eventually(t, func() bool { return ef.get(run, "undo-charge") == 1 }, 10*time.Second, 20*time.Millisecond,
 			"charge is compensated; timeline %v", fx.outcomes(run))
@@ -269,5 +264,51 @@ func TestDeadline(t *testing.T) {
 			"its deadline's timer comes")
 		require.NoError(t, quick.eng.Flush(brokertest.Ctx(t)))
 		require.Equal(t, journal.Completed, quick.waitStatus(done, journal.Completed, time.Second).Status, "and changes nothing")
+	})
+}
+
+// stoppedByDeadline waits until run's step in flight is stopped (its
+// context's cause on causes) and the run is cancelled, and returns it.
+func stoppedByDeadline(fx *fixture, causes <-chan error, run string) journal.Run {
+	fx.t.Helper()
+	select {
+	case cause := <-causes:
+		require.ErrorIs(fx.t, cause, engine.ErrRunCancelled)
+	case <-time.After(20 * time.Second):
+		fx.t.Fatalf("the deadline did not stop the run; timeline %v", fx.outcomes(run))
+	}
+	return fx.waitStatus(run, journal.Cancelled, 10*time.Second)
+}
+
+// Timed is the payload of the DeadlineAt test: when its run must be done.
+type Timed struct {
+	ID     string    `json:"id"`
+	DoneBy time.Time `json:"done_by"`
+}
+
+// TestDeadlineAt: a deadline taken from the run's input stops a run that
+// has not ended by then, as Deadline does; one that cannot be read from
+// the input is refused at the start; a flow may not have both.
+func TestDeadlineAt(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		started, causes := make(chan string, 2), make(chan error, 2)
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("wait", func(ctx context.Context, p Timed) (Timed, error) {
+				started <- p.ID
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return p, ctx.Err()
+			}).Retry(broker.Constant(5, 0)),
+			dsl.DeadlineAt("payload.done_by")))
+		fx.work()
+		run := fx.start(Timed{ID: "t-1", DoneBy: time.Now().Add(1500 * time.Millisecond)})
+		r := stoppedByDeadline(fx, causes, run)
+		require.Contains(t, r.Error, "cancelled by deadline: its deadline passed")
+
+		_, err := fx.eng.Start(brokertest.Ctx(t), fx.name, json.RawMessage(`{"id":"t-2","done_by":"not a time"}`))
+		require.ErrorIs(t, err, engine.ErrInvalidPayload)
+		require.ErrorContains(t, dsl.Flow("both", dsl.Step("a", appendStep(newEffects(), "a")), dsl.Deadline(time.Minute), dsl.DeadlineAt("now()")).Err(),
+			"both Deadline and DeadlineAt")
 	})
 }

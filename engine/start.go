@@ -132,7 +132,7 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 		}
 		return p.res, fmt.Errorf("start %q: %w", flowName, err)
 	}
-	if err := e.scheduleDeadline(ctx, flowName, p.res); err != nil {
+	if err := e.scheduleDeadline(ctx, flowName, p); err != nil {
 		return p.res, fmt.Errorf("start %q: run %s started: %w", flowName, p.res.RunID, err)
 	}
 	return p.res, nil
@@ -189,6 +189,9 @@ type started struct {
 	out    broker.Outgoing
 	events []journal.Event
 	done   bool
+	// deadline is when the run is stopped if it has not ended (zero: the
+	// flow has no deadline).
+	deadline time.Time
 }
 
 // prepareStart works out a start. inTx is a start inside the caller's
@@ -272,6 +275,13 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	}
 	if p.out, err = f.startMessage(ctx, e.conn, p.res.RunID, n, route, h.next, input, cfg.headers); err != nil {
 		return p, fmt.Errorf("start %q: %w", f.name, err)
+	}
+	startAt := now
+	if h.due.After(now) {
+		startAt = h.due
+	}
+	if p.deadline, err = f.deadline(input, startAt); err != nil {
+		return p, fmt.Errorf("start %q: %w: its deadline: %w", f.name, ErrInvalidPayload, err)
 	}
 	p.events = append([]journal.Event{start}, f.startSkips(p.res.RunID, n, route, h, now)...)
 	if h.due.After(now) {

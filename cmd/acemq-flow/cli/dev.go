@@ -37,8 +37,9 @@ func (a *app) devCommand() *cobra.Command {
 		Long: "Run, in this one process and with nothing installed, the embedded broker (" + EmbeddedURL + "), a run\n" +
 			"journal in memory, a worker for the flows of this binary and the dashboard (--addr), and\n" +
 			"start a few example runs of each flow, so that the dashboard has something to show: for\n" +
-			"place-order, orders that complete, are retried, wait, and fail. The dashboard replays and\n" +
-			"compensates failed runs but does not start runs. The broker and the journal live in this\n" +
+			"place-order, orders that complete, are retried, wait, and fail; for approve-refund, a refund\n" +
+			"that waits for its approval. The dashboard replays and compensates failed runs, signals and\n" +
+			"cancels runs, but does not start runs. The broker and the journal live in this\n" +
 			"process: other processes (start, runs, worker) cannot reach them, and they are\n" +
 			"forgotten when it stops (SIGINT or SIGTERM). --database-url is not used.",
 		Args: cobra.NoArgs,
@@ -135,8 +136,14 @@ type startedExample struct {
 func devExamples(flows []*dsl.FlowDef) []example {
 	var out []example
 	for _, f := range flows {
-		if f == workflows.PlaceOrder {
+		switch f {
+		case workflows.PlaceOrder:
 			out = append(out, placeOrderExamples(time.Now())...)
+			continue
+		case workflows.ApproveRefund:
+			p, _ := f.Example()
+			out = append(out, example{flow: f.Name(), payload: p,
+				shows: "waits for its approval: open it in the dashboard and send the signal, or cancel it"})
 			continue
 		}
 		if p, ok := f.Example(); ok {
@@ -231,7 +238,7 @@ func (d devIntro) write(w io.Writer) {
 		}
 	}
 	t.flush()
-	fmt.Fprintf(&b, "\nThe dashboard replays and compensates failed runs; it does not start runs. The broker and the journal\n"+
+	fmt.Fprintf(&b, "\nThe dashboard replays and compensates failed runs, signals and cancels runs; it does not start runs.\nThe broker and the journal "+
 		"live in this process: other %[1]s commands (start, runs, replay) cannot reach them. To run flows\n"+
 		"for real, give `%[1]s worker`, `start` and `dashboard` a RabbitMQ (ACEMQ_URL) and a PostgreSQL\n"+
 		"(ACEMQ_DATABASE_URL). %[2]s=ship before `%[1]s dev` takes the courier down.\n"+

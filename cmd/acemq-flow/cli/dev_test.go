@@ -26,8 +26,9 @@ func TestDev(t *testing.T) {
 	metrics := d.waitFor(`(?m)^  metrics    (http://127\.0\.0\.1:\d+)/metrics   \(watch it live: acemq-flow top --from http://127\.0\.0\.1:\d+\)$`)[1]
 	stderr := d.stderr.String()
 	for _, want := range []string{
-		"acemq-flow dev: the embedded broker, a run journal in memory, a worker for place-order\nand the dashboard, all in this process",
-		"started 7 example runs for the dashboard to show",
+		"acemq-flow dev: the embedded broker, a run journal in memory, a worker for place-order, approve-refund\nand the dashboard, all in this process",
+		"started 8 example runs for the dashboard to show",
+		"approve-refund  ",
 		"it does not start runs",
 		"other acemq-flow commands (start, runs, replay) cannot reach them",
 		"Ctrl-C stops it",
@@ -59,7 +60,9 @@ func TestDev(t *testing.T) {
 	}, 15*time.Second, 50*time.Millisecond)
 	status, body := httpGet(t, base+"/")
 	require.Equal(t, http.StatusOK, status)
-	require.Len(t, links.FindAllString(body, -1), 7, "every example run is listed")
+	require.Len(t, links.FindAllString(body, -1), 8, "every example run is listed: seven orders and a refund")
+	refund := regexp.MustCompile(`(?m)^  approve-refund\s+([0-9a-f]{8})\s+waits for its approval`).FindStringSubmatch(stderr)
+	require.NotNil(t, refund, stderr)
 
 	var run string
 	for _, id := range failed {

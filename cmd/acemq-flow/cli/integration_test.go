@@ -440,7 +440,7 @@ func TestOperatorCommandsOnRabbitMQAndPostgreSQL(t *testing.T) {
 	require.Len(t, runs, 1)
 	r = fx.run("runs", "list", "--status", "failed")
 	require.Zero(t, r.code, r.stderr)
-	require.Regexp(t, `(?m)^RUN ID\s+FLOW\s+STATUS\s+STEP\s+STARTED\s+DURATION\s+ERROR$`, r.stdout)
+	require.Regexp(t, `(?m)^RUN ID\s+FLOW\s+STATUS\s+STEP\s+STARTED\s+DURATION\s+DUE\s+ERROR$`, r.stdout)
 	require.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%s\s+failed\s+charge\s+.*step "charge": fatal: card declined`, failing, fx.flow("orders")), r.stdout)
 	r = fx.run("runs", "show", failing)
 	require.Zero(t, r.code, r.stderr)

@@ -108,13 +108,18 @@ func statusList() string {
 	return strings.Join(s, ", ")
 }
 
-// writeRuns shows runs as a table: started in local time, and how long a
-// run took (or, still moving, how long it has been going).
+// writeRuns shows runs as a table: started in local time, how long a run
+// took (or, still moving, how long it has been going), and until when a
+// run waits (at its STEP: a delay, a signal's timeout, a hold for replay).
 func writeRuns(cmd *cobra.Command, runs []journal.Run, now time.Time) error {
 	t := newTable(cmd.OutOrStdout())
-	t.row("RUN ID", "FLOW", "STATUS", "STEP", "STARTED", "DURATION", "ERROR")
+	t.row("RUN ID", "FLOW", "STATUS", "STEP", "STARTED", "DURATION", "DUE", "ERROR")
 	for _, r := range runs {
-		t.row(r.ID, r.Flow, string(r.Status), r.Step, localTime(r.StartedAt, timeLayout), runDuration(r, now), truncate(r.Error, errorColumnWidth))
+		due := ""
+		if r.DueAt != nil && (!r.Status.Stopped() || r.Status == journal.Failed) {
+			due = localTimePtr(r.DueAt, timeLayout)
+		}
+		t.row(r.ID, r.Flow, string(r.Status), r.Step, localTime(r.StartedAt, timeLayout), runDuration(r, now), due, truncate(r.Error, errorColumnWidth))
 	}
 	return t.flush()
 }

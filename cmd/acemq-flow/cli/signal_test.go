@@ -38,6 +38,7 @@ func TestSignal(t *testing.T) {
 	require.Zero(t, waiting.code, waiting.stderr)
 	require.Contains(t, waiting.stdout, started.RunID)
 	require.Contains(t, waiting.stdout, "approval")
+	require.Contains(t, waiting.stdout, localTime(list.Waiting[i].DueAt, timeLayout), "and until when (its timeout)")
 
 	wrong := fx.run("signal", started.RunID, "approval", "--payload", `{"by":7}`)
 	require.Equal(t, 1, wrong.code)

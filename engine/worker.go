@@ -104,13 +104,21 @@ func (w *Worker) followCancels(ctx context.Context) {
 	}
 	tick := time.NewTicker(cancelPoll)
 	defer tick.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if err := w.e.readCancels(ctx); err != nil && ctx.Err() == nil {
-				w.e.log.Warn("cancelled runs not read from the journal; trying again", slog.Any("error", err))
+			err := w.e.readCancels(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil && !failing:
+				// Once per outage, not four times a second.
+				w.e.log.Warn("cancelled runs not read from the journal; trying again every quarter second", slog.Any("error", err))
+				failing = true
+			case err == nil && failing:
+				w.e.log.Info("cancelled runs read from the journal again")
+				failing = false
 			}
 		}
 	}

@@ -423,13 +423,24 @@ func (d *demo) ended(r journal.Run, tl []journal.Event) bool {
 	if r.Status != journal.Completed {
 		return true
 	}
+	skipped := func(step string) bool {
+		return slices.ContainsFunc(tl, func(e journal.Event) bool { return e.Step == step && e.Kind == journal.KindSkip })
+	}
 	for _, s := range d.info.Steps {
-		if s.OnFork != "" {
-			// A branch's steps are in before its fork completes.
+		// Each delivery's events are written before it is acknowledged,
+		// not before the steps after it run: a branch's last step, or the
+		// fork that sent the branches, may still be writing when the run
+		// completes. Every step's record is waited for.
+		if s.OnFork != "" && skipped(s.OnFork) {
 			continue
 		}
 		if !slices.ContainsFunc(tl, func(e journal.Event) bool {
 			return e.Step == s.Name && (e.Kind == journal.KindSkip || e.Kind == journal.KindStep && e.Outcome == "completed")
+		}) {
+			return false
+		}
+		if s.Fork != nil && !skipped(s.Name) && !slices.ContainsFunc(tl, func(e journal.Event) bool {
+			return e.Step == s.Name && strings.HasPrefix(e.Outcome, "forked: ")
 		}) {
 			return false
 		}

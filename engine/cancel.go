@@ -222,15 +222,10 @@ func (e *Engine) wakeWaiting(ctx context.Context, run journal.Run) error {
 	case !dec.Last:
 		return nil
 	}
-	reached, err := e.joins.Arrivals(ctx, run.ID, key, waitReached, 1)
-	if err != nil || len(reached) != 1 || reached[0].Branch != waitReached {
-		return fmt.Errorf("wake it from its wait: %w", errors.Join(err, journal.ErrJoinNotFound))
-	}
-	var resume broker.Outgoing
-	if err := resume.UnmarshalBinary(reached[0].Output); err != nil {
+	if err := e.resumeWait(ctx, run.ID, key); err != nil {
 		return fmt.Errorf("wake it from its wait: %w", err)
 	}
-	return e.conn.Send(ctx, resume)
+	return nil
 }
 
 // cancels is what an engine knows of cancelled runs, and the steps in

@@ -106,16 +106,13 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) (S
 	if err != nil {
 		return fail(err)
 	}
-	settled, err := e.joins.Arrivals(ctx, runID, key, waitSignal, 1)
-	if err != nil {
-		return fail(err)
-	}
+	settled, err := e.waitBranch(ctx, runID, key, waitSignal)
 	switch {
-	case len(settled) != 1 || settled[0].Branch != waitSignal:
-		return fail(fmt.Errorf("%w: the wait's signal is not in it", journal.ErrJoinNotFound))
-	case !settled[0].OK:
+	case err != nil:
+		return fail(err)
+	case !settled.OK:
 		return fail(fmt.Errorf("%w (%s)", ErrSignalTimedOut, wait.Timeout))
-	case !bytes.Equal(settled[0].Output, body):
+	case !bytes.Equal(settled.Output, body):
 		return fail(fmt.Errorf("%w: it came before, with another payload", ErrSignalTaken))
 	}
 	now := e.now()
@@ -123,19 +120,8 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) (S
 		StartedAt: now, EndedAt: now, Replays: run.Replays, Seq: journal.Seq(run.Replays, pos+1, 0, 1), Key: "signal/" + key}
 	if dec.Last {
 		// The run waits: resume it.
-		reached, err := e.joins.Arrivals(ctx, runID, key, waitReached, 1)
-		if err != nil {
+		if err := e.resumeWait(ctx, runID, key); err != nil {
 			return fail(err)
-		}
-		if len(reached) != 1 || reached[0].Branch != waitReached {
-			return fail(fmt.Errorf("%w: the run's arrival at the wait is not in it", journal.ErrJoinNotFound))
-		}
-		var resume broker.Outgoing
-		if err := resume.UnmarshalBinary(reached[0].Output); err != nil {
-			return fail(fmt.Errorf("the message that resumes the run: %w", err))
-		}
-		if err := e.conn.Send(ctx, resume); err != nil {
-			return fail(fmt.Errorf("resume the run: %w", err))
 		}
 		sent.Resumed = true
 		ev.Outcome = "signal received: the run goes on"
@@ -144,6 +130,38 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) (S
 		e.log.Warn("a signal's event was not written", "flow", f.name, "run_id", runID, "signal", name, "error", err)
 	}
 	return sent, nil
+}
+
+// waitBranch is branch (waitReached, waitSignal) of the wait's join under
+// key, once settled; an error matching journal.ErrJoinNotFound when it is
+// not.
+func (e *Engine) waitBranch(ctx context.Context, runID, key string, branch int) (journal.Arrival, error) {
+	got, err := e.joins.Arrivals(ctx, runID, key, branch, 1)
+	switch {
+	case err != nil:
+		return journal.Arrival{}, fmt.Errorf("wait %s: %w", key, err)
+	case len(got) != 1 || got[0].Branch != branch:
+		return journal.Arrival{}, fmt.Errorf("wait %s: %w: branch %d not settled", key, journal.ErrJoinNotFound, branch)
+	}
+	return got[0], nil
+}
+
+// resumeWait sends the message that resumes the run waiting at the wait
+// under key, kept with the run's arrival there. Sent again, it is the
+// same message, and the wait's step finds its work done.
+func (e *Engine) resumeWait(ctx context.Context, runID, key string) error {
+	reached, err := e.waitBranch(ctx, runID, key, waitReached)
+	if err != nil {
+		return err
+	}
+	var resume broker.Outgoing
+	if err := resume.UnmarshalBinary(reached.Output); err != nil {
+		return fmt.Errorf("the message that resumes run %s: %w", runID, err)
+	}
+	if err := e.conn.Send(ctx, resume); err != nil {
+		return fmt.Errorf("resume run %s: %w", runID, err)
+	}
+	return nil
 }
 
 // wait is the flow's WaitFor step called name and its position.
@@ -251,11 +269,11 @@ func (r *stepRunner) resumed(ctx context.Context, a *stepAttempt) broker.Ack {
 	if _, err := r.e.joins.Settle(ctx, d.m.RunID, ref.Wait, waitSignal, journal.Settled{Output: []byte("timed out")}); err != nil {
 		return broker.Retry(fmt.Errorf("wait %q: time it out: %w", r.spec.Name, err))
 	}
-	got, err := r.e.joins.Arrivals(ctx, d.m.RunID, ref.Wait, waitSignal, 1)
+	got, err := r.e.waitBranch(ctx, d.m.RunID, ref.Wait, waitSignal)
 	if err != nil {
-		return broker.Retry(fmt.Errorf("wait %q: %w", r.spec.Name, err))
+		return broker.Retry(err)
 	}
-	if len(got) == 1 && got[0].OK {
+	if got.OK {
 		// The signal came first: the timer has nothing to do.
 		a.result = resultTimerDropped
 		return broker.Accept()
@@ -272,14 +290,14 @@ func (r *stepRunner) resumed(ctx context.Context, a *stepAttempt) broker.Ack {
 // signalled goes on from the wait with the signal kept in its join.
 func (r *stepRunner) signalled(ctx context.Context, a *stepAttempt, key string) broker.Ack {
 	m := a.d.m
-	got, err := r.e.joins.Arrivals(ctx, m.RunID, key, waitSignal, 1)
+	got, err := r.e.waitBranch(ctx, m.RunID, key, waitSignal)
 	switch {
 	case err != nil:
-		return broker.Retry(fmt.Errorf("wait %q: read its signal: %w", r.spec.Name, err))
-	case len(got) != 1 || got[0].Branch != waitSignal || !got[0].OK:
+		return broker.Retry(err)
+	case !got.OK:
 		return broker.Retry(fmt.Errorf("wait %q: %w: its signal is not in it", r.spec.Name, journal.ErrJoinNotFound))
 	}
-	signal, w := got[0].Output, r.spec.Wait
+	signal, w := got.Output, r.spec.Wait
 	a.join = func(ctx context.Context) (any, error) {
 		return w.Signalled(ctx, decoder(m), func(v any) error { return decodeBody(m, signal, v) })
 	}

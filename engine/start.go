@@ -108,6 +108,12 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 	if err != nil || p.done {
 		return p.res, err
 	}
+	// The deadline's timer goes before the run's first message: a start
+	// that then fails leaves a timer that finds the run not started, never
+	// a run without its deadline.
+	if err := e.scheduleDeadline(ctx, flowName, p); err != nil {
+		return p.res, fmt.Errorf("start %q: %w", flowName, err)
+	}
 	// Recorded before it is sent, so that in this process the start is
 	// written before anything its first step records.
 	e.record(ctx, p.events...)
@@ -131,9 +137,6 @@ func (e *Engine) Start(ctx context.Context, flowName string, payload any, opts .
 			err = errors.Join(err, fmt.Errorf("record that it did not start: %w", rerr))
 		}
 		return p.res, fmt.Errorf("start %q: %w", flowName, err)
-	}
-	if err := e.scheduleDeadline(ctx, flowName, p); err != nil {
-		return p.res, fmt.Errorf("start %q: run %s started: %w", flowName, p.res.RunID, err)
 	}
 	return p.res, nil
 }

@@ -312,12 +312,12 @@ func pretty(raw json.RawMessage) string {
 
 // replay replays one failed run, then shows it.
 func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request) {
-	d.act(w, r, "replayed", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Replay(ctx, id) })
+	act(d, w, r, "replayed", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Replay(ctx, id) })
 }
 
 // compensate compensates one failed run now, then shows it.
 func (d *Dashboard) compensate(w http.ResponseWriter, r *http.Request) {
-	d.act(w, r, "compensating", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Compensate(ctx, id) })
+	act(d, w, r, "compensating", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Compensate(ctx, id) })
 }
 
 // cancelRun cancels a run that has not ended, once the form's
@@ -345,10 +345,6 @@ func (d *Dashboard) signal(w http.ResponseWriter, r *http.Request) {
 
 // errNotConfirmed: a cancel form sent without its confirmation ticked.
 var errNotConfirmed = errors.New("not cancelled: tick the confirmation first")
-
-func (d *Dashboard) act(w http.ResponseWriter, r *http.Request, done string, do func(context.Context, string) (engine.Moved, error)) {
-	act(d, w, r, done, do)
-}
 
 // act does what an action's form asks to run id, then shows the run: with
 // done's flash after a redirect, or the error and its status.

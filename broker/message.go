@@ -66,3 +66,14 @@ func Handling(ctx context.Context) (*Message, bool) {
 func WithHandling(ctx context.Context, m *Message) context.Context {
 	return context.WithValue(ctx, handlingKey{}, m)
 }
+
+// Again is a copy of m to send back to the queue it was consumed from,
+// through the default exchange, as a put-back moves it: the same identity,
+// properties, body and headers, the broker's own dead-lettering headers
+// dropped. ok is false for a message not received from a broker.
+func (m *Message) Again() (out Outgoing, ok bool) {
+	if m.delivery == nil || m.Queue == "" {
+		return Outgoing{}, false
+	}
+	return Outgoing{RoutingKey: m.Queue, Mandatory: true, Message: movable(m.delivery)}, true
+}

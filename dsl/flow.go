@@ -304,7 +304,7 @@ func (f *FlowDef) compile(s *StepSpec, prev reflect.Type, known bool) error {
 			return f.fail(s.Name, "OrderedBy %w", err)
 		}
 	}
-	return nil
+	return f.compileLimits(s, in)
 }
 
 // fits reports whether a payload of type from can be read as to: the same

@@ -271,6 +271,10 @@ type StepSpec struct {
 	Child *ChildSpec
 	// Wait is set for a WaitFor step: the signal it waits for.
 	Wait *WaitSpec
+	// Limit is the step's per-key concurrency limit (ConcurrencyKey), Rate
+	// its rate limit (RateLimit, RateLimitBy); nil when it has none.
+	Limit *LimitSpec
+	Rate  *RateSpec
 
 	whenSrc, orderSrc, delayUntilSrc string
 	run                              func(ctx context.Context, decode func(any) error) (any, error)

@@ -90,6 +90,9 @@ func (e *Engine) CancelRun(ctx context.Context, runID string, req CancelRequest)
 	if err := e.wakeWaiting(ctx, run); err != nil {
 		return fail(err)
 	}
+	if err := e.unpark(ctx, runID); err != nil {
+		return fail(err)
+	}
 	children, err := e.journal.RunsByIDPrefix(ctx, runID+".", 1000)
 	if err != nil {
 		return fail(fmt.Errorf("its child runs: %w", err))

@@ -110,6 +110,9 @@ type Engine struct {
 	// joins is the journal as a keeper of joins, nil when it is not one:
 	// a flow that forks needs one.
 	joins journal.JoinStore
+	// limits is the journal as a keeper of steps' limits, nil when it is
+	// not one: a flow with a ConcurrencyKey or a RateLimit needs one.
+	limits journal.LimitStore
 	// cancels are the runs known cancelled, and the steps in flight a
 	// cancellation stops.
 	cancels cancels
@@ -205,8 +208,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	data, _ := cfg.Journal.(journal.DataStore)
 	joins, _ := cfg.Journal.(journal.JoinStore)
+	limits, _ := cfg.Journal.(journal.LimitStore)
 	return &Engine{
-		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, data: data, joins: joins, writer: w, store: cfg.Store, once: once,
+		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, data: data, joins: joins, limits: limits, writer: w, store: cfg.Store, once: once,
 		metrics: m, tracer: cfg.TracerProvider.Tracer(instrumentation), flows: map[string]*flow{},
 	}, nil
 }
@@ -252,6 +256,10 @@ func (e *Engine) canRun(f *flow) error {
 	if f.forks && e.joins == nil {
 		return fmt.Errorf("%w: flow %q has a Parallel or a ForEach and the engine's journal (%T) keeps no joins; give it a journal that does (the Memory journal, or PostgreSQL's)",
 			ErrNoJoins, f.name, e.journal)
+	}
+	if f.limited() && e.limits == nil {
+		return fmt.Errorf("%w: flow %q has a step with a ConcurrencyKey or a RateLimit and the engine's journal (%T) keeps no limits; give it a journal that does (the Memory journal, or PostgreSQL's)",
+			ErrNoLimits, f.name, e.journal)
 	}
 	if err := e.canRunChildren(f); err != nil {
 		return err

@@ -47,6 +47,10 @@ var (
 	// ErrNoJoins: a flow has a Parallel or a ForEach and the engine's
 	// journal is no journal.JoinStore, so its joins have nowhere to live.
 	ErrNoJoins = errors.New("the journal keeps no joins")
+	// ErrNoLimits: a flow has a step with a ConcurrencyKey or a RateLimit
+	// and the engine's journal is no journal.LimitStore, so its limits
+	// have nowhere to live.
+	ErrNoLimits = errors.New("the journal keeps no limits")
 	// ErrEndInBranch: a step on a branch of a Parallel or a ForEach
 	// returned dsl.End. A branch cannot end its run, so the branch is
 	// given up (and the run fails) instead.

@@ -184,6 +184,11 @@ func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) 
 		events = append(events, base)
 	case broker.OutcomeLabelDeadLettered, broker.OutcomeLabelParked:
 		events = append(events, r.givenUp(a, base, s))
+	case broker.OutcomeLabelInProgress:
+		if a.result != resultRateLimited {
+			return nil
+		}
+		events = append(events, r.rateEvent(d, a.limitKey, a.waitUntil, now))
 	default:
 		// Put back or unsettled: it comes again, and is recorded then.
 		return nil
@@ -246,6 +251,11 @@ func (r *stepRunner) accepted(a *stepAttempt, base journal.Event, now time.Time)
 		return []journal.Event{base}
 	case resultTimerDropped:
 		return nil
+	case resultLimited:
+		base.Outcome, base.Status = limitOutcome(r.spec.Limit.N, a.limitKey), journal.Waiting
+		base.Key = fmt.Sprintf("limit/%d/%d/%d", d.replays, d.pos, d.m.Attempt)
+		base.Seq = journal.Seq(d.replays, d.pos+1, d.m.Attempt, 1)
+		return []journal.Event{base}
 	case resultChildStarted:
 		base.Outcome = timeline.StartedChild(a.child)
 		base.Key = fmt.Sprintf("child/%s/%d", d.at(), d.m.Attempt)

@@ -45,6 +45,8 @@ const (
 	resultWaiting                          // a WaitFor took the run in: it waits for its signal
 	resultTimerDropped                     // a wait's timer, after its signal came
 	resultSignalReceived                   // a signal another service sent: delivered (Signal records it), or set aside
+	resultLimited                          // every place of its key was taken: it waits for one, parked in the journal
+	resultRateLimited                      // over its step's rate: put back until the turn reserved for it
 )
 
 // stepRunner works one step's queue.
@@ -89,8 +91,12 @@ type stepAttempt struct {
 	forked journal.JoinStatus
 	// child is the child run a Child step started.
 	child string
-	// waitUntil is when the wait a WaitFor took the run in at times out.
+	// waitUntil is when the wait a WaitFor took the run in at times out,
+	// or when a rate-limited step's turn comes.
 	waitUntil time.Time
+	// limitKey is the key of a limited step's limit the delivery came
+	// under.
+	limitKey string
 }
 
 // recording is what a step's or a compensation's handler leaves for
@@ -164,14 +170,16 @@ func newStepRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *s
 // what it found out travels with its Ack (Ack.With).
 func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	a := &stepAttempt{d: readStep(m), result: resultFailed, recording: recording{start: r.e.now()}}
-	return noted(r.decide(ctx, a), a)
+	ack := r.decide(ctx, a)
+	r.release(ctx, a)
+	return noted(ack, a)
 }
 
 func (a *stepAttempt) accepting() bool {
 	switch a.result {
 	case resultContinued, resultDone, resultEnded, resultResent, resultCancelled, resultCompensating,
 		resultForked, resultArrived, resultStopped, resultChildStarted, resultHoldEnded, resultHoldDropped,
-		resultWaiting, resultTimerDropped, resultSignalReceived:
+		resultWaiting, resultTimerDropped, resultSignalReceived, resultLimited:
 		return true
 	}
 	return false
@@ -272,6 +280,9 @@ func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 			return r.startChild(ctx, a, 1)
 		}
 		return r.childReturned(ctx, a)
+	}
+	if r.spec.Limit != nil || r.spec.Rate != nil {
+		return r.limitedUnit(ctx, a)
 	}
 	return r.runUnit(ctx, a, d.stepKey(r.spec.Name))
 }

@@ -2,11 +2,10 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -93,6 +92,9 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 	w.startHousekeeping()
 	w.background.Go(func() { w.tidier.run(w.bgCtx) })
 	w.background.Go(func() { w.followCancels(w.bgCtx) })
+	if w.e.limits != nil && slices.ContainsFunc(fs, (*flow).limited) {
+		w.background.Go(func() { w.sweepLimits(w.bgCtx) })
+	}
 	return w, nil
 }
 
@@ -244,17 +246,8 @@ func (f *flow) orderKey(s dsl.StepSpec, e *Engine) func(*broker.Message) string 
 			return ""
 		}
 	case s.OrderKey != nil:
-		expr := s.OrderKey
 		return func(m *broker.Message) string {
-			var payload any = json.RawMessage(m.Body)
-			if !f.json {
-				v := reflect.New(s.In)
-				if err := m.Decode(v.Interface()); err != nil {
-					return ""
-				}
-				payload = v.Elem().Interface()
-			}
-			k, err := expr.Key(payload)
+			k, err := f.keyOf(s, s.OrderKey, m)
 			if err != nil {
 				e.log.Debug("ordering key not worked out; handling unordered", "flow", f.name, "step", s.Name, "error", err)
 				return ""

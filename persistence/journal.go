@@ -48,15 +48,17 @@ type SQLJournal struct {
 	sql        journalStatements
 	dataSQL    dataStatements
 	joinSQL    joinStatements
+	limitSQL   limitStatements
 	retention  time.Duration
 	purgeBatch int
 	settles    settler
 }
 
 var (
-	_ journal.Journal   = (*SQLJournal)(nil)
-	_ journal.DataStore = (*SQLJournal)(nil)
-	_ journal.JoinStore = (*SQLJournal)(nil)
+	_ journal.Journal    = (*SQLJournal)(nil)
+	_ journal.DataStore  = (*SQLJournal)(nil)
+	_ journal.JoinStore  = (*SQLJournal)(nil)
+	_ journal.LimitStore = (*SQLJournal)(nil)
 )
 
 // NewSQLJournal returns a journal running on db (a pool, usually) over
@@ -73,7 +75,7 @@ func NewSQLJournal(db DB, cfg SQLJournalConfig) (*SQLJournal, error) {
 	if cfg.Retention < 0 || cfg.PurgeBatch < 0 {
 		return nil, fmt.Errorf("%w: journal: negative retention %s or purge batch %d", broker.ErrInvalidOption, cfg.Retention, cfg.PurgeBatch)
 	}
-	j := &SQLJournal{db: db, t: t, sql: renderJournalStatements(t), dataSQL: renderDataStatements(t), joinSQL: renderJoinStatements(t), retention: cfg.Retention, purgeBatch: cfg.PurgeBatch}
+	j := &SQLJournal{db: db, t: t, sql: renderJournalStatements(t), dataSQL: renderDataStatements(t), joinSQL: renderJoinStatements(t), limitSQL: renderLimitStatements(t), retention: cfg.Retention, purgeBatch: cfg.PurgeBatch}
 	if j.purgeBatch == 0 {
 		j.purgeBatch = DefaultPurgeBatch
 	}

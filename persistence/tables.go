@@ -28,6 +28,10 @@ const (
 	DefaultRunJoinsTable      = "acemq_run_joins"
 	DefaultRunBranchesTable   = "acemq_run_branches"
 	DefaultRunItemsTable      = "acemq_run_items"
+	DefaultLimitsTable        = "acemq_limits"
+	DefaultLimitSlotsTable    = "acemq_limit_slots"
+	DefaultRatesTable         = "acemq_rates"
+	DefaultRateTurnsTable     = "acemq_rate_turns"
 )
 
 // maxTableName leaves room under PostgreSQL's 63-byte identifier limit for
@@ -68,6 +72,14 @@ type Tables struct {
 	// RunItems holds the items of runs' joins (a ForEach's list), one row
 	// each.
 	RunItems string
+	// Limits holds, per key of a step with a ConcurrencyKey, how many
+	// places are taken (journal.LimitStore); LimitSlots the holders of
+	// those places and the runs waiting for one, with the messages that
+	// bring them back.
+	Limits, LimitSlots string
+	// Rates holds the next free turn of each key of a rate-limited step;
+	// RateTurns the turns reserved for runs that wait for them.
+	Rates, RateTurns string
 }
 
 // PrefixedTables names every table prefix followed by its default name's
@@ -87,7 +99,8 @@ func PrefixedTables(prefix string) Tables {
 // pointers are t's fields, in the order of fields.
 func (t *Tables) pointers() []*string {
 	return []*string{&t.Migrations, &t.Outbox, &t.Idempotency, &t.Schemas, &t.SchemaCounter,
-		&t.Runs, &t.RunEvents, &t.RunData, &t.CronFires, &t.RunJoins, &t.RunBranches, &t.RunItems}
+		&t.Runs, &t.RunEvents, &t.RunData, &t.CronFires, &t.RunJoins, &t.RunBranches, &t.RunItems,
+		&t.Limits, &t.LimitSlots, &t.Rates, &t.RateTurns}
 }
 
 // Names lists every table t names (defaults filled in), the migrations
@@ -128,6 +141,7 @@ func (t Tables) fields() []tableField {
 		{"schemas", t.Schemas}, {"schema counter", t.SchemaCounter},
 		{"runs", t.Runs}, {"run events", t.RunEvents}, {"run data", t.RunData}, {"cron fires", t.CronFires},
 		{"run joins", t.RunJoins}, {"run branches", t.RunBranches}, {"run items", t.RunItems},
+		{"limits", t.Limits}, {"limit slots", t.LimitSlots}, {"rates", t.Rates}, {"rate turns", t.RateTurns},
 	}
 }
 
@@ -149,6 +163,10 @@ func (t Tables) withDefaults() Tables {
 	def(&t.RunJoins, DefaultRunJoinsTable)
 	def(&t.RunBranches, DefaultRunBranchesTable)
 	def(&t.RunItems, DefaultRunItemsTable)
+	def(&t.Limits, DefaultLimitsTable)
+	def(&t.LimitSlots, DefaultLimitSlotsTable)
+	def(&t.Rates, DefaultRatesTable)
+	def(&t.RateTurns, DefaultRateTurnsTable)
 	return t
 }
 
@@ -186,5 +204,12 @@ func (t Tables) render(sql string) string {
 		"{{run_joins}}", q(t.RunJoins),
 		"{{run_branches}}", q(t.RunBranches),
 		"{{run_items}}", q(t.RunItems),
+		"{{limits}}", q(t.Limits),
+		"{{limit_slots}}", q(t.LimitSlots),
+		"{{limit_slots_waiting_idx}}", q(t.LimitSlots+"_waiting_idx"),
+		"{{limit_slots_granted_idx}}", q(t.LimitSlots+"_granted_idx"),
+		"{{limit_slots_run_idx}}", q(t.LimitSlots+"_run_idx"),
+		"{{rates}}", q(t.Rates),
+		"{{rate_turns}}", q(t.RateTurns),
 	).Replace(sql)
 }

@@ -29,6 +29,8 @@ type Memory struct {
 	data map[string]map[string][]byte
 	// joins are the runs' joins (JoinStore), by run and key.
 	joins map[string]map[string]*memJoin
+	// limits are the steps' limits (LimitStore), under their own lock.
+	limits memLimits
 }
 
 type memRun struct {

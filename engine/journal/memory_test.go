@@ -179,3 +179,11 @@ func TestWriterKeepsARecordTogether(t *testing.T) {
 	}
 	require.Equal(t, 150, total)
 }
+
+func TestMemoryLimitConformance(t *testing.T) {
+	journaltest.Limits(t, func(t *testing.T) journal.LimitStore {
+		j, err := journal.NewMemory(0)
+		require.NoError(t, err)
+		return j
+	})
+}

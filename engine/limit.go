@@ -1,0 +1,230 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"time"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
+	"github.com/acemq/acemq-flow/engine/journal"
+)
+
+// grantAge is how long a waiter handed a place may take to come back
+// before its message is sent again (the worker that handed it out may have
+// died before it sent it); limitSweep is how often a worker looks.
+const (
+	grantAge   = 30 * time.Second
+	limitSweep = 5 * time.Second
+)
+
+// limited reports whether the flow has a step with a ConcurrencyKey or a
+// RateLimit: it then needs a journal that keeps limits.
+func (f *flow) limited() bool {
+	for _, s := range f.steps {
+		if s.Limit != nil || s.Rate != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// keyOf works a limit's (or an ordering's) key out of the payload of m,
+// which step s takes: nil expr is the empty key, one for every run.
+func (f *flow) keyOf(s dsl.StepSpec, expr *dsl.Expr, m *broker.Message) (string, error) {
+	if expr == nil {
+		return "", nil
+	}
+	var payload any = json.RawMessage(m.Body)
+	if !f.json {
+		v := reflect.New(s.In)
+		if err := m.Decode(v.Interface()); err != nil {
+			return "", err
+		}
+		payload = v.Elem().Interface()
+	}
+	k, err := expr.Key(payload)
+	if err != nil {
+		return "", err
+	}
+	if !journal.Text(k) {
+		return "", fmt.Errorf("key %q: not text a journal can keep", k)
+	}
+	return k, nil
+}
+
+// slot is the place a delivery of a limited step takes (or waits for).
+func (r *stepRunner) slot(d *delivery, key string) journal.Slot {
+	return journal.Slot{Flow: r.f.name, Step: r.spec.Name, Key: key, Holder: d.stepKey(r.spec.Name), RunID: d.m.RunID, Limit: r.spec.Limit.N}
+}
+
+// limitedUnit runs the step's work once its rate limit and its
+// concurrency limit let it: a run over the rate waits on the ladder for
+// the turn reserved for it; a run of a key whose places are all taken is
+// parked in the journal, its message accepted, until a run of its key
+// leaves the step and hands it the place (release).
+func (r *stepRunner) limitedUnit(ctx context.Context, a *stepAttempt) broker.Ack {
+	d := &a.d
+	if rate := r.spec.Rate; rate != nil {
+		key, err := r.f.keyOf(r.spec, rate.Key, d.m)
+		if err != nil {
+			return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: the rate limit's key: %w", r.f.name, r.spec.Name, err)))
+		}
+		now := r.e.now()
+		at, err := r.e.limits.Reserve(ctx, journal.Rate{Flow: r.f.name, Step: r.spec.Name, Key: key, Holder: d.stepKey(r.spec.Name), Interval: rate.Interval()}, now)
+		if err != nil {
+			return broker.Retry(fmt.Errorf("flow %q step %q: its rate limit: %w", r.f.name, r.spec.Name, err))
+		}
+		if wait := at.Sub(now); wait > broker.ShortestRung {
+			// The ladder brings it back up to a rung late: a rung early,
+			// and it waits the rest here, so that starts keep their
+			// spacing rather than come a rung's worth at once.
+			a.result, a.waitUntil, a.limitKey = resultRateLimited, at, key
+			a.expect = broker.OutcomeLabelInProgress
+			return broker.InProgress(wait - broker.ShortestRung).As(broker.OutcomeLabelInProgress)
+		} else if wait > 0 {
+			ev := r.rateEvent(d, key, at, now)
+			if d.branch != nil {
+				inBranch(&ev, d.branch, d.pos)
+			}
+			r.e.record(ctx, ev)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return broker.InProgress(wait).As(broker.OutcomeLabelInProgress)
+			case <-t.C:
+			}
+			a.start = r.e.now()
+		}
+	}
+	if lim := r.spec.Limit; lim != nil {
+		key, err := r.f.keyOf(r.spec, lim.Key, d.m)
+		if err != nil {
+			return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: the concurrency key: %w", r.f.name, r.spec.Name, err)))
+		}
+		again, ok := d.m.Again()
+		if !ok {
+			return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: a message not from a broker cannot wait for a place", r.f.name, r.spec.Name)))
+		}
+		parked, err := again.MarshalBinary()
+		if err != nil {
+			return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: keep the waiting message: %w", r.f.name, r.spec.Name, err)))
+		}
+		granted, err := r.e.limits.Acquire(ctx, r.slot(d, key), parked)
+		if err != nil {
+			return broker.Retry(fmt.Errorf("flow %q step %q: its concurrency limit: %w", r.f.name, r.spec.Name, err))
+		}
+		a.limitKey = key
+		if !granted {
+			a.result = resultLimited
+			return broker.Accept()
+		}
+	}
+	return r.runUnit(ctx, a, d.stepKey(r.spec.Name))
+}
+
+// release gives back the place a delivery of a limited step held (or
+// was handed while it waited: a run found cancelled, a message given up
+// before it ran) once it is done with it, unless it waits for one or the
+// step runs elsewhere, and sends the messages of the waiters it lets in.
+// A release that fails leaves the place taken until the next delivery of
+// the holder (a retry, a redelivery) releases it; the worker's sweep
+// hands out the places a release freed but did not hand out.
+func (r *stepRunner) release(ctx context.Context, a *stepAttempt) {
+	if r.spec.Limit == nil || a.d.err != nil || a.d.m.RunID == "" {
+		return
+	}
+	switch a.result {
+	case resultLimited, resultBusy, resultRateLimited:
+		return
+	}
+	// A delivery given up or found cancelled before it asked has no key:
+	// the journal finds the place it may have been handed by its holder.
+	send, err := r.e.limits.Release(context.WithoutCancel(ctx), r.slot(&a.d, a.limitKey))
+	if err != nil {
+		r.e.log.Warn("a limited step's place not given back; the holder's next delivery gives it back",
+			slog.String("flow", r.f.name), slog.String("step", r.spec.Name), slog.String("run_id", a.d.m.RunID), slog.Any("error", err))
+		return
+	}
+	r.e.sendParked(ctx, send)
+}
+
+// sendParked sends the parked messages a limit store handed out. One
+// that cannot be sent is handed out again by a worker's sweep (Granted).
+func (e *Engine) sendParked(ctx context.Context, send [][]byte) {
+	for _, b := range send {
+		var out broker.Outgoing
+		if err := out.UnmarshalBinary(b); err != nil {
+			e.log.Error("a parked message cannot be read; it stays parked", slog.Any("error", err))
+			continue
+		}
+		if err := e.conn.Send(context.WithoutCancel(ctx), out); err != nil {
+			e.log.Warn("a waiter's message not sent; a worker's sweep sends it again",
+				slog.String("message_id", out.Message.MessageID), slog.String("queue", out.RoutingKey), slog.Any("error", err))
+		}
+	}
+}
+
+// unpark sends a cancelled run's messages waiting for a place back to
+// their steps, which find the run cancelled and stop it there.
+func (e *Engine) unpark(ctx context.Context, runID string) error {
+	if e.limits == nil {
+		return nil
+	}
+	send, err := e.limits.Unpark(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("take it out of the queues of limited steps: %w", err)
+	}
+	e.sendParked(ctx, send)
+	return nil
+}
+
+// sweepLimits sends again, every limitSweep until ctx ends, the messages
+// of waiters handed a place that did not come, and hands out places a
+// release freed but did not hand out.
+func (w *Worker) sweepLimits(ctx context.Context) {
+	tick := time.NewTicker(limitSweep)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			send, err := w.e.limits.Granted(ctx, grantAge)
+			if err != nil && ctx.Err() == nil {
+				w.e.log.Warn("limited steps' waiters not swept", slog.Any("error", err))
+			}
+			w.e.sendParked(ctx, send)
+		}
+	}
+}
+
+// rateEvent is the timeline's entry for a delivery of a rate-limited
+// step d that waits, at now, for its turn at: placed before the step's
+// own entry of the attempt (on a branch, inBranch places it there).
+func (r *stepRunner) rateEvent(d *delivery, key string, at, now time.Time) journal.Event {
+	m := d.m
+	e := journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: r.spec.Name, Attempt: m.Attempt,
+		Outcome: rateOutcome(r.spec.Rate, key, at), StartedAt: now, EndedAt: now, DueAt: &at, Queue: r.queue,
+		Replays: d.replays, RunStep: r.spec.Name, Status: journal.Waiting,
+		Seq: journal.Seq(d.replays, d.pos+1, m.Attempt, 1), Key: fmt.Sprintf("rate/%d/%d/%d", d.replays, d.pos, m.Attempt)}
+	return e
+}
+
+// limitOutcome is what a run waiting for a place of key says.
+func limitOutcome(n int, key string) string {
+	return fmt.Sprintf("waiting for a place: at most %d at once with key %q", n, key)
+}
+
+// rateOutcome is what a run waiting for its turn under rate says.
+func rateOutcome(rate *dsl.RateSpec, key string, at time.Time) string {
+	of := ""
+	if rate.Key != nil {
+		of = fmt.Sprintf(" with key %q", key)
+	}
+	return fmt.Sprintf("rate limited: at most %d per %s%s; starts at %s", rate.N, rate.Per, of, at.UTC().Format("15:04:05.000"))
+}

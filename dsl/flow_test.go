@@ -145,6 +145,24 @@ func TestBuildErrors(t *testing.T) {
 		{"cron twice", dsl.Flow("f", dsl.Step("a", pass), dsl.Cron("@every 1m", func(context.Context, time.Time) (Order, error) { return Order{}, nil }),
 			dsl.Cron("@every 1m", func(context.Context, time.Time) (Order, error) { return Order{}, nil })), `flow "f": cron "@every 1m" twice`},
 		{"hold too short", dsl.Flow("f", dsl.Step("a", pass), dsl.HoldForReplay(0)), `flow "f": HoldForReplay 0s, want at least 1s`},
+		{"ConcurrencyKey of 0", dsl.Flow("f", dsl.Step("a", pass).ConcurrencyKey(`payload.id`, 0)),
+			`flow "f": step "a": ConcurrencyKey("payload.id", 0), want a limit of at least 1`},
+		{"ConcurrencyKey with no key", dsl.Flow("f", dsl.Step("a", pass).ConcurrencyKey("", 2)), `flow "f": step "a": ConcurrencyKey with no key expression`},
+		{"ConcurrencyKey on a bad field", dsl.Flow("f", dsl.Step("a", pass).ConcurrencyKey(`payload.tenant`, 2)),
+			`flow "f": step "a": ConcurrencyKey "payload.tenant": type dsl_test.Order has no field tenant`},
+		{"ConcurrencyKey on External", dsl.Flow("f", dsl.Step("a", pass), dsl.External("inv").ConcurrencyKey(`payload`, 2)),
+			`flow "f": step "inv": a ConcurrencyKey or RateLimit on an External step: another service runs it`},
+		{"RateLimit on a WaitFor", dsl.Flow("f", dsl.Step("a", pass), dsl.WaitFor[Order, string]("ok", time.Minute).RateLimit(1, time.Second)),
+			`flow "f": step "ok": a ConcurrencyKey or RateLimit on a WaitFor: a wait runs nothing`},
+		{"RateLimit on a Child", dsl.Flow("f", dsl.Step("a", pass), dsl.Child[Order, Order]("c", dsl.Flow("g", dsl.Step("x", pass))).RateLimit(1, time.Second)),
+			`flow "f": step "c": a ConcurrencyKey or RateLimit on a Child step: limit the child flow's steps`},
+		{"RateLimit of 0", dsl.Flow("f", dsl.Step("a", pass).RateLimit(0, time.Second)),
+			`flow "f": step "a": rate limit of 0 per 1s, want at least 1 start per a positive interval, at most one per 1ms`},
+		{"RateLimit too fine", dsl.Flow("f", dsl.Step("a", pass).RateLimit(10_000, time.Second)),
+			`flow "f": step "a": rate limit of 10000 per 1s`},
+		{"RateLimitBy with no key", dsl.Flow("f", dsl.Step("a", pass).RateLimitBy("", 1, time.Second)), `flow "f": step "a": RateLimitBy with no key expression`},
+		{"RateLimitBy on a bad field", dsl.Flow("f", dsl.Step("a", pass).RateLimitBy(`payload.partner`, 1, time.Second)),
+			`flow "f": step "a": RateLimitBy "payload.partner": type dsl_test.Order has no field partner`},
 	}
 	for _, c := range cases {
 		err := c.flow.Err()
@@ -248,4 +266,27 @@ func TestCronTrigger(t *testing.T) {
 	p, err := crons[0].Payload(context.Background(), next)
 	require.NoError(t, err)
 	require.Equal(t, next.Format(time.RFC3339), p.(Order).ID)
+}
+
+// TestLimitsCompile: a ConcurrencyKey and a RateLimitBy compile against
+// the step's payload by its JSON names, and say what they limit; a
+// RateLimit without a key limits every run alike.
+func TestLimitsCompile(t *testing.T) {
+	t.Parallel()
+	f := dsl.Flow("f",
+		dsl.Step("a", pass).ConcurrencyKey(`payload.address.country`, 3).RateLimitBy(`payload.id`, 10, time.Second),
+		dsl.Step("b", pass).RateLimit(6, time.Minute))
+	require.NoError(t, f.Err())
+	a, b := f.Steps()[0], f.Steps()[1]
+	require.Equal(t, 3, a.Limit.N)
+	key, err := a.Limit.Key.Key(Order{Address: &Address{Country: "NL"}})
+	require.NoError(t, err)
+	require.Equal(t, "NL", key)
+	key, err = a.Rate.Key.Key(json.RawMessage(`{"id":"o-7"}`))
+	require.NoError(t, err)
+	require.Equal(t, "o-7", key)
+	require.Equal(t, 100*time.Millisecond, a.Rate.Interval())
+	require.Nil(t, b.Limit)
+	require.Nil(t, b.Rate.Key)
+	require.Equal(t, 10*time.Second, b.Rate.Interval())
 }

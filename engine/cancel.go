@@ -143,29 +143,39 @@ func (f *flow) deadline(input any, start time.Time) (time.Time, error) {
 }
 
 // scheduleDeadline puts the timer of a new run's deadline on the ladder,
-// for a flow with one: a message to the flow's compensate-now queue, due
-// at the deadline, which cancels the run if it has not ended by then
-// (nowRunner.deadline).
+// for a flow with one (deadlineTimer).
 func (e *Engine) scheduleDeadline(ctx context.Context, flowName string, p started) error {
-	res := p.res
-	f, err := e.flow(flowName)
-	if err != nil || p.deadline.IsZero() || res.Existing {
+	out, ok, err := e.deadlineTimer(ctx, flowName, p)
+	if err != nil || !ok {
 		return err
-	}
-	h, err := jsonHeader(deadlineRef{Replays: res.Replays})
-	if err != nil {
-		return err
-	}
-	out, err := e.conn.Prepare(ctx, json.RawMessage(`{}`), broker.ToExchange(f.name), broker.To(compensateKey), broker.Mandatory(),
-		broker.RunID(res.RunID), broker.MessageID(fmt.Sprintf("%s/deadline/%d", res.RunID, res.Replays)),
-		broker.Headers(broker.Table{HeaderDeadline: h}))
-	if err != nil {
-		return fmt.Errorf("its deadline: %w", err)
 	}
 	if err := e.conn.Schedule(ctx, p.deadline, out); err != nil {
 		return fmt.Errorf("schedule its deadline: %w", err)
 	}
 	return nil
+}
+
+// deadlineTimer is the timer of a new run's deadline, for a flow with one
+// (ok false otherwise): a message to the flow's compensate-now queue, to
+// be due at p.deadline, which cancels the run if it has not ended by then
+// (nowRunner.deadline).
+func (e *Engine) deadlineTimer(ctx context.Context, flowName string, p started) (_ broker.Outgoing, ok bool, _ error) {
+	res := p.res
+	f, err := e.flow(flowName)
+	if err != nil || p.deadline.IsZero() || res.Existing {
+		return broker.Outgoing{}, false, err
+	}
+	h, err := jsonHeader(deadlineRef{Replays: res.Replays})
+	if err != nil {
+		return broker.Outgoing{}, false, err
+	}
+	out, err := e.conn.Prepare(ctx, json.RawMessage(`{}`), broker.ToExchange(f.name), broker.To(compensateKey), broker.Mandatory(),
+		broker.RunID(res.RunID), broker.MessageID(fmt.Sprintf("%s/deadline/%d", res.RunID, res.Replays)),
+		broker.Headers(broker.Table{HeaderDeadline: h}))
+	if err != nil {
+		return broker.Outgoing{}, false, fmt.Errorf("its deadline: %w", err)
+	}
+	return out, true, nil
 }
 
 // deadline cancels the run of a deadline's timer unless it ended, or was

@@ -163,10 +163,18 @@ type StepInfo struct {
 	Compensation      string `json:"compensation,omitempty"`
 	CompensationRetry string `json:"compensation_retry,omitempty"`
 	OrderedBy         string `json:"ordered_by,omitempty"`
-	Concurrency       int    `json:"concurrency,omitempty"`
-	Prefetch          int    `json:"prefetch,omitempty"`
-	Input             string `json:"input,omitempty"`
-	Output            string `json:"output,omitempty"`
+	// ConcurrencyKey and ConcurrencyLimit are the step's ConcurrencyKey:
+	// at most ConcurrencyLimit runs of one key in the step at once.
+	ConcurrencyKey   string `json:"concurrency_key,omitempty"`
+	ConcurrencyLimit int    `json:"concurrency_limit,omitempty"`
+	// RateLimit is the step's rate limit ("10 per 1s"), RateKey its key
+	// ("" for one limit for every run).
+	RateLimit   string `json:"rate_limit,omitempty"`
+	RateKey     string `json:"rate_key,omitempty"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	Prefetch    int    `json:"prefetch,omitempty"`
+	Input       string `json:"input,omitempty"`
+	Output      string `json:"output,omitempty"`
 	// Fork describes a Parallel or a ForEach (nil for a step).
 	Fork *ForkInfo `json:"fork,omitempty"`
 	// Child is the flow a Child step starts a run of.
@@ -285,6 +293,15 @@ func (f *flow) info(cfg Config) FlowInfo {
 			si.OrderedBy = s.OrderKey.String()
 		case s.OrderHeader != "":
 			si.OrderedBy = "header " + s.OrderHeader
+		}
+		if l := s.Limit; l != nil {
+			si.ConcurrencyKey, si.ConcurrencyLimit = l.Key.String(), l.N
+		}
+		if r := s.Rate; r != nil {
+			si.RateLimit = fmt.Sprintf("%d per %s", r.N, r.Per)
+			if r.Key != nil {
+				si.RateKey = r.Key.String()
+			}
 		}
 		fi.Steps = append(fi.Steps, si)
 	}

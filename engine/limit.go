@@ -114,11 +114,11 @@ func (r *stepRunner) limitedUnit(ctx context.Context, a *stepAttempt) broker.Ack
 		if err != nil {
 			return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: keep the waiting message: %w", r.f.name, r.spec.Name, err)))
 		}
+		a.limitKey, a.asked = key, true
 		granted, err := r.e.limits.Acquire(ctx, r.slot(d, key), parked)
 		if err != nil {
 			return broker.Retry(fmt.Errorf("flow %q step %q: its concurrency limit: %w", r.f.name, r.spec.Name, err))
 		}
-		a.limitKey = key
 		if !granted {
 			a.result = resultLimited
 			return broker.Accept()
@@ -127,30 +127,63 @@ func (r *stepRunner) limitedUnit(ctx context.Context, a *stepAttempt) broker.Ack
 	return r.runUnit(ctx, a, d.stepKey(r.spec.Name))
 }
 
+// releasing is the BeforeSettle function next of a limited step's
+// consumer with the delivery's place given back first (release): off
+// the handler's slot, which goes on with the next delivery, and before
+// the broker hears of the delivery, so that a worker killed between the
+// two leaves a redelivery that gives the place back. A place that cannot
+// be given back puts the message back instead, whose redelivery (the
+// step done, its hop sent again) gives it back.
+func (r *stepRunner) releasing(next func(context.Context, *broker.Message, broker.Ack) broker.Ack) func(context.Context, *broker.Message, broker.Ack) broker.Ack {
+	if r.spec.Limit == nil {
+		return next
+	}
+	return func(ctx context.Context, m *broker.Message, ack broker.Ack) broker.Ack {
+		a, ok := ack.Note().(*stepAttempt)
+		if !ok {
+			return next(ctx, m, ack)
+		}
+		if err := r.release(ctx, a); err != nil {
+			r.e.log.Warn("a limited step's place not given back; its message is put back, and its redelivery gives it back",
+				slog.String("flow", r.f.name), slog.String("step", r.spec.Name), slog.String("run_id", a.d.m.RunID), slog.Any("error", err))
+			a.expect = ""
+			return broker.InProgress(r.e.cfg.InProgressDelay).With(a)
+		}
+		return next(ctx, m, ack)
+	}
+}
+
 // release gives back the place a delivery of a limited step held (or
 // was handed while it waited: a run found cancelled, a message given up
 // before it ran) once it is done with it, unless it waits for one or the
 // step runs elsewhere, and sends the messages of the waiters it lets in.
-// A release that fails leaves the place taken until the next delivery of
-// the holder (a retry, a redelivery) releases it; the worker's sweep
-// hands out the places a release freed but did not hand out.
-func (r *stepRunner) release(ctx context.Context, a *stepAttempt) {
-	if r.spec.Limit == nil || a.d.err != nil || a.d.m.RunID == "" {
-		return
+// The worker's sweep hands out places a release freed but did not hand
+// out.
+func (r *stepRunner) release(ctx context.Context, a *stepAttempt) error {
+	if a.d.err != nil || a.d.m.RunID == "" {
+		return nil
 	}
 	switch a.result {
 	case resultLimited, resultBusy, resultRateLimited:
-		return
+		return nil
 	}
-	// A delivery given up or found cancelled before it asked has no key:
-	// the journal finds the place it may have been handed by its holder.
-	send, err := r.e.limits.Release(context.WithoutCancel(ctx), r.slot(&a.d, a.limitKey))
+	key := a.limitKey
+	if !a.asked {
+		// Given up or found cancelled before it asked: it may still have
+		// been handed a place while it waited, under the key its payload
+		// gives (none, when the payload gives none).
+		k, err := r.f.keyOf(r.spec, r.spec.Limit.Key, a.d.m)
+		if err != nil {
+			return nil
+		}
+		key = k
+	}
+	send, err := r.e.limits.Release(context.WithoutCancel(ctx), r.slot(&a.d, key))
 	if err != nil {
-		r.e.log.Warn("a limited step's place not given back; the holder's next delivery gives it back",
-			slog.String("flow", r.f.name), slog.String("step", r.spec.Name), slog.String("run_id", a.d.m.RunID), slog.Any("error", err))
-		return
+		return err
 	}
 	r.e.sendParked(ctx, send)
+	return nil
 }
 
 // sendParked sends the parked messages a limit store handed out. One

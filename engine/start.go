@@ -157,7 +157,9 @@ type TxOutbox[Tx any] interface {
 // never less. StartTx does not look RunID up in the journal (that would
 // take a connection beside the caller's transaction): a run id already
 // started sends its first message again, which its first step finds done;
-// StartAgain is refused (ErrInvalidConfig).
+// StartAgain is refused (ErrInvalidConfig). A flow's Deadline (or
+// DeadlineAt) is written to outbox with the run: its timer commits with
+// it and counts from now.
 func StartTx[Tx any](ctx context.Context, e *Engine, outbox TxOutbox[Tx], tx Tx, flowName string, payload any, opts ...StartOption) (Started, error) {
 	if outbox == nil {
 		return Started{}, fmt.Errorf("%w: nil outbox", ErrInvalidConfig)
@@ -178,8 +180,23 @@ func StartTx[Tx any](ctx context.Context, e *Engine, outbox TxOutbox[Tx], tx Tx,
 		out = e.conn.Scheduled(p.res.DueAt, out)
 	}
 	out.Mandatory = true
-	if _, err := outbox.Add(ctx, tx, patterns.OutboxRecord{Outgoing: out}); err != nil {
-		return p.res, fmt.Errorf("start %q in a transaction: %w", flowName, err)
+	records := []patterns.OutboxRecord{{Outgoing: out}}
+	timer, ok, err := e.deadlineTimer(ctx, flowName, p)
+	if err != nil {
+		return p.res, fmt.Errorf("start %q: %w", flowName, err)
+	}
+	if ok {
+		// The deadline's timer commits with the run, and runs from its
+		// start (now), however late the relay sends it.
+		if err := e.conn.DeclareLadder(ctx); err != nil {
+			return p.res, fmt.Errorf("start %q: %w", flowName, err)
+		}
+		records = append(records, patterns.OutboxRecord{Outgoing: e.conn.Scheduled(p.deadline, timer)})
+	}
+	for _, r := range records {
+		if _, err := outbox.Add(ctx, tx, r); err != nil {
+			return p.res, fmt.Errorf("start %q in a transaction: %w", flowName, err)
+		}
 	}
 	return p.res, nil
 }

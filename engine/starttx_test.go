@@ -140,3 +140,32 @@ func TestStartTxHoldsNoSecondConnection(t *testing.T) {
 	})
 	require.ErrorIs(t, err, engine.ErrInvalidConfig)
 }
+
+// TestStartTxDeadline: a run started in a transaction has its flow's
+// deadline too: the timer is written to the outbox with the run, and the
+// run still in its step at the deadline is stopped and compensated.
+func TestStartTxDeadline(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		db, tables := testDatabase(t)
+		store, err := persistence.NewSQLOutboxStore(db, persistence.SQLOutboxStoreConfig{Tables: tables})
+		require.NoError(t, err)
+		fx := newFixture(t, h, engine.Config{})
+		ef, started, causes := newEffects(), make(chan string, 4), make(chan error, 4)
+		fx.register(blockingFlow(fx.name, ef, started, causes, dsl.Deadline(time.Second)))
+		fx.work()
+		relay, err := patterns.NewOutboxRelay(fx.conn, store, patterns.OutboxRelayConfig{Interval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, relay.Start(ctx))
+		t.Cleanup(func() { _ = relay.Close(context.Background()) })
+		var res engine.Started
+		require.NoError(t, pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			res, err = engine.StartTx(ctx, fx.eng, store, persistence.DB(tx), fx.name, Order{ID: "slow"})
+			return err
+		}))
+		r := stoppedByDeadline(fx, causes, res.RunID)
+		require.Contains(t, r.Error, "cancelled by deadline")
+		require.Eventually(t, func() bool { return ef.get(res.RunID, "undo-charge") == 1 }, 10*time.Second, 20*time.Millisecond,
+			"charge is compensated; timeline %v", fx.outcomes(res.RunID))
+	})
+}

@@ -95,8 +95,9 @@ type stepAttempt struct {
 	// or when a rate-limited step's turn comes.
 	waitUntil time.Time
 	// limitKey is the key of a limited step's limit the delivery came
-	// under.
+	// under; asked says it asked for a place under it.
 	limitKey string
+	asked    bool
 }
 
 // recording is what a step's or a compensation's handler leaves for
@@ -170,9 +171,7 @@ func newStepRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *s
 // what it found out travels with its Ack (Ack.With).
 func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	a := &stepAttempt{d: readStep(m), result: resultFailed, recording: recording{start: r.e.now()}}
-	ack := r.decide(ctx, a)
-	r.release(ctx, a)
-	return noted(ack, a)
+	return noted(r.decide(ctx, a), a)
 }
 
 func (a *stepAttempt) accepting() bool {

@@ -200,7 +200,7 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 		r := runners[i]
 		opts := []broker.ConsumeOption{
 			broker.Existing(), broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
-			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, r.queue, r.outcome)),
+			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled), broker.BeforeSettle(r.releasing(beforeSettle(e, f.name, s.Name, r.queue, r.outcome))),
 		}
 		if key := f.orderKey(s, e); key != nil {
 			opts = append(opts, broker.OrderBy(key))

@@ -43,15 +43,17 @@ type SQLJournalConfig struct {
 // when it wants retention. Times are kept to the microsecond, PostgreSQL's
 // precision. Safe for concurrent use.
 type SQLJournal struct {
-	db         DB
-	t          Tables
-	sql        journalStatements
-	dataSQL    dataStatements
-	joinSQL    joinStatements
-	limitSQL   limitStatements
-	retention  time.Duration
-	purgeBatch int
-	settles    settler
+	db       DB
+	t        Tables
+	sql      journalStatements
+	dataSQL  dataStatements
+	joinSQL  joinStatements
+	limitSQL limitStatements
+	// acquires and releases batch the limits' statements (group commit).
+	acquires, releases group[*limitReq]
+	retention          time.Duration
+	purgeBatch         int
+	settles            settler
 }
 
 var (

@@ -1,9 +1,12 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,39 +18,126 @@ import (
 // parks it in Tables.LimitSlots with parked (journal.LimitStore), in one
 // statement: the key's row is locked while it decides, so a waiter is
 // only ever parked while every place is taken, and the release that frees
-// one after it sees it. It refuses what journal.CheckSlot refuses.
+// one after it sees it. Acquires issued while others are being written go
+// together in one round trip (one transaction, taking the keys' rows in
+// key order, as every batch does, so that batches of two workers never
+// wait for each other in a circle). It refuses what journal.CheckSlot
+// refuses.
 func (j *SQLJournal) Acquire(ctx context.Context, s journal.Slot, parked []byte) (bool, error) {
 	if err := journal.CheckSlot(s); err != nil {
 		return false, err
 	}
-	var granted bool
-	if err := j.db.QueryRow(ctx, j.limitSQL.acquire, s.Flow, s.Step, s.Holder, s.Key, s.Limit, s.RunID, parked).Scan(&granted); err != nil {
-		return false, fmt.Errorf("journal: acquire a place of %s/%s key %q for %s: %w", s.Flow, s.Step, s.Key, s.Holder, err)
+	r := &limitReq{slot: s, parked: parked}
+	if err := j.acquires.do(ctx, r, j.writeAcquires); err != nil {
+		return false, err
 	}
-	return granted, nil
+	if r.err != nil {
+		return false, fmt.Errorf("journal: acquire a place of %s/%s key %q for %s: %w", s.Flow, s.Step, s.Key, s.Holder, r.err)
+	}
+	return r.granted, nil
+}
+
+// limitReq is one Acquire or Release in a group's batch: its arguments,
+// and what its statement returned.
+type limitReq struct {
+	slot    journal.Slot
+	parked  []byte
+	granted bool
+	// freed says a Release gave a place back; waiting, that its key has
+	// waiters (its statement's RETURNING).
+	freed   bool
+	waiting int
+	err     error
+}
+
+// inKeyOrder sorts a batch by key, the order its statements lock the keys'
+// rows in.
+func inKeyOrder(reqs []*limitReq) {
+	slices.SortStableFunc(reqs, func(a, b *limitReq) int {
+		return cmp.Or(strings.Compare(a.slot.Flow, b.slot.Flow), strings.Compare(a.slot.Step, b.slot.Step), strings.Compare(a.slot.Key, b.slot.Key))
+	})
+}
+
+// runBatch runs stmt for each of reqs (args gives its arguments), in key
+// order, in one round trip, and scan reads each one's row into it.
+func (j *SQLJournal) runBatch(ctx context.Context, reqs []*limitReq, stmt string, args func(*limitReq) []any, scan func(pgx.Row, *limitReq) error) {
+	inKeyOrder(reqs)
+	if len(reqs) == 1 {
+		reqs[0].err = scan(j.db.QueryRow(ctx, stmt, args(reqs[0])...), reqs[0])
+		return
+	}
+	b := &pgx.Batch{}
+	for _, r := range reqs {
+		b.Queue(stmt, args(r)...)
+	}
+	br := j.db.SendBatch(ctx, b)
+	var failed error
+	for _, r := range reqs {
+		if failed != nil {
+			r.err = failed
+			continue
+		}
+		if r.err = scan(br.QueryRow(), r); r.err != nil && !errors.Is(r.err, pgx.ErrNoRows) {
+			failed = r.err
+		}
+	}
+	if err := br.Close(); err != nil {
+		for _, r := range reqs {
+			if r.err == nil || errors.Is(r.err, pgx.ErrNoRows) {
+				r.err = err
+			}
+		}
+	}
+	if failed != nil {
+		// One statement failed: the batch's transaction is rolled back.
+		for _, r := range reqs {
+			r.err = failed
+		}
+	}
+}
+
+func (j *SQLJournal) writeAcquires(ctx context.Context, reqs []*limitReq) {
+	j.runBatch(ctx, reqs, j.limitSQL.acquire,
+		func(r *limitReq) []any {
+			s := r.slot
+			return []any{s.Flow, s.Step, s.Holder, s.Key, s.Limit, s.RunID, r.parked}
+		},
+		func(row pgx.Row, r *limitReq) error { return row.Scan(&r.granted) })
 }
 
 // Release frees s.Holder's place and hands free places to the key's
-// oldest waiters (journal.LimitStore): one statement when nobody waits;
-// otherwise a second, in a transaction holding the key's row, that reads
-// the waiters only once it holds it (so that it sees every waiter parked
-// before).
+// oldest waiters (journal.LimitStore): one statement, batched as Acquire's
+// are, when nobody waits; otherwise a second, in a transaction holding
+// the key's row, that reads the waiters only once it holds it (so that it
+// sees every waiter parked before).
 func (j *SQLJournal) Release(ctx context.Context, s journal.Slot) ([][]byte, error) {
 	if err := journal.CheckSlot(s); err != nil {
 		return nil, err
 	}
-	var key string
-	var waiting int
-	err := j.db.QueryRow(ctx, j.limitSQL.release, s.Flow, s.Step, s.Holder).Scan(&key, &waiting)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("journal: release the place of %s in %s/%s: %w", s.Holder, s.Flow, s.Step, err)
-	case waiting == 0:
-		return nil, nil
+	r := &limitReq{slot: s}
+	if err := j.releases.do(ctx, r, j.writeReleases); err != nil {
+		return nil, err
 	}
-	return j.handOut(ctx, s.Flow, s.Step, key)
+	switch {
+	case errors.Is(r.err, pgx.ErrNoRows), r.err == nil && (!r.freed || r.waiting == 0):
+		return nil, nil
+	case r.err != nil:
+		return nil, fmt.Errorf("journal: release the place of %s in %s/%s: %w", s.Holder, s.Flow, s.Step, r.err)
+	}
+	return j.handOut(ctx, s.Flow, s.Step, s.Key)
+}
+
+func (j *SQLJournal) writeReleases(ctx context.Context, reqs []*limitReq) {
+	j.runBatch(ctx, reqs, j.limitSQL.release,
+		func(r *limitReq) []any { return []any{r.slot.Flow, r.slot.Step, r.slot.Holder} },
+		func(row pgx.Row, r *limitReq) error {
+			var key string
+			if err := row.Scan(&key, &r.waiting); err != nil {
+				return err
+			}
+			r.freed, r.slot.Key = true, key
+			return nil
+		})
 }
 
 // handOut gives the free places of a key to its oldest waiters.

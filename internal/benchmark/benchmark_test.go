@@ -85,6 +85,7 @@ func TestRunOnTheEmbeddedBroker(t *testing.T) {
 	}, names(rep))
 	require.Contains(t, rep.Skipped, "outbox: needs a database")
 	require.Contains(t, rep.Skipped, "fanout: needs a database")
+	require.Contains(t, rep.Skipped, "limits: needs a database")
 	requireConsistent(t, rep, &p)
 	for _, r := range rep.Results {
 		if r.Scenario == "ladder" {
@@ -107,7 +108,7 @@ func TestRunRefusesWhatItCannotDo(t *testing.T) {
 	_, err = benchmark.Run(t.Context(), benchmark.Config{URL: url, ID: "Not-Valid"}, nil)
 	require.ErrorContains(t, err, "lower-case")
 	_, err = benchmark.ParseOnly("core,nope")
-	require.ErrorContains(t, err, `unknown scenario "nope", want some of core,flow,ladder,outbox,request,fanout`)
+	require.ErrorContains(t, err, `unknown scenario "nope", want some of core,flow,ladder,outbox,request,fanout,limits`)
 	only, err := benchmark.ParseOnly(" request, core,core")
 	require.NoError(t, err)
 	require.Equal(t, []string{"core", "request"}, only)
@@ -153,6 +154,7 @@ func TestRunOnRabbitMQAndPostgreSQL(t *testing.T) {
 		"outbox relay",
 		"request/reply, 16 callers", "request/reply, 16 callers, p50", "request/reply, 16 callers, p99",
 		"ForEach in one run", "ForEach in one run, peak RSS",
+		"a step with a ConcurrencyKey",
 	}, names(rep))
 	require.Empty(t, rep.Skipped)
 	requireConsistent(t, rep, &p)

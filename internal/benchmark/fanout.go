@@ -45,7 +45,7 @@ func Fanout(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	cfg.step(fmt.Sprintf("fanout: %d runs of a one-step flow", n))
 	one, onePeak, err := withPeakRSS(func() (Measurement, error) {
-		return engineRuns(ctx, cfg, allOnPostgres, []string{"ship"}, n)
+		return engineRuns(ctx, cfg, allOnPostgres, []string{"ship"}, n, keyLimit{})
 	})
 	if err != nil {
 		return nil, err

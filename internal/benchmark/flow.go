@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,8 @@ const (
 type FlowPayload struct {
 	Started time.Time `json:"started"`
 	Pad     string    `json:"pad"`
+	// Key is the run's key, for the limits scenario's ConcurrencyKey.
+	Key string `json:"key,omitempty"`
 }
 
 // flowPad pads FlowPayload to about 256 bytes.
@@ -113,7 +116,7 @@ func FlowEngine(ctx context.Context, cfg Config, onPostgres bool) (Measurement, 
 	if onPostgres {
 		journal = journalOnPostgres
 	}
-	return engineRuns(ctx, cfg, journal, []string{"validate", "charge", "ship"}, cfg.N)
+	return engineRuns(ctx, cfg, journal, []string{"validate", "charge", "ship"}, cfg.N, keyLimit{})
 }
 
 // Where engineRuns keeps the run journal and the idempotency store.
@@ -123,10 +126,14 @@ const (
 	allOnPostgres            // both on cfg.DB, as workers that share them keep them
 )
 
+// keyLimit puts a ConcurrencyKey on engineRuns' steps: at most n runs of
+// one of keys keys in a step at once, run i's key i%keys. Zero for none.
+type keyLimit struct{ keys, n int }
+
 // engineRuns runs n runs of a flow of the named steps, each passing its
 // payload on, as FlowEngine describes, with the journal and store where
-// where says.
-func engineRuns(ctx context.Context, cfg Config, where int, steps []string, n int) (_ Measurement, err error) {
+// where says, and the steps limited as lim says.
+func engineRuns(ctx context.Context, cfg Config, where int, steps []string, n int, lim keyLimit) (_ Measurement, err error) {
 	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
@@ -149,18 +156,26 @@ func engineRuns(ctx context.Context, cfg Config, where int, steps []string, n in
 				return p, nil
 			}
 		}
-		parts[i] = dsl.Step(st, fn).Prefetch(FlowPrefetch)
+		step := dsl.Step(st, fn).Prefetch(FlowPrefetch)
+		if lim.keys > 0 {
+			step = step.ConcurrencyKey(`payload.key`, lim.n)
+		}
+		parts[i] = step
 	}
 	name := cfg.name("flow")
 	if err := s.serve(ctx, eng, dsl.Flow(name, parts...)); err != nil {
 		return Measurement{}, err
 	}
 	return measureCounted(ctx, n, len(steps)*n, FlowStarters, cd, lat, "flow runs through the engine",
-		func(ctx context.Context, _ int) error {
+		func(ctx context.Context, i int) error {
 			if err := window.acquire(ctx); err != nil {
 				return err
 			}
-			if _, err := eng.Start(ctx, name, FlowPayload{Started: time.Now(), Pad: flowPad}); err != nil {
+			p := FlowPayload{Started: time.Now(), Pad: flowPad}
+			if lim.keys > 0 {
+				p.Key = strconv.Itoa(i % lim.keys)
+			}
+			if _, err := eng.Start(ctx, name, p); err != nil {
 				return fmt.Errorf("start a run: %w", err)
 			}
 			return nil

@@ -14,7 +14,7 @@ import (
 )
 
 // Scenarios are the scenarios Run knows, in the order it measures them.
-var Scenarios = []string{"core", "flow", "ladder", "outbox", "request", "fanout"}
+var Scenarios = []string{"core", "flow", "ladder", "outbox", "request", "fanout", "limits"}
 
 // scenario is one of Scenarios: its measurement, and how many steps it
 // reports through Config.Progress under cfg.
@@ -30,6 +30,7 @@ var scenarios = map[string]scenario{
 	"outbox":  {Outbox, func(Config) int { return 2 }},
 	"request": {Request, func(c Config) int { return 1 + boolInt(c.rabbit()) }},
 	"fanout":  {Fanout, func(Config) int { return 2 }},
+	"limits":  {Limits, func(Config) int { return 2 }},
 }
 
 func boolInt(b bool) int {
@@ -63,7 +64,7 @@ func ParseOnly(s string) ([]string, error) {
 
 // Run measures the scenarios named in only (nil = all of Scenarios), one
 // after the other, and reports every figure. Without cfg.DB the outbox
-// and fanout scenarios are skipped (and said so in the report) unless only names them,
+// fanout and limits scenarios are skipped (and said so in the report) unless only names them,
 // which is then an error matching ErrNoDatabase. The first scenario that
 // fails ends the run with its error, after it deleted what it declared.
 func Run(ctx context.Context, cfg Config, only []string) (*Report, error) {
@@ -88,7 +89,7 @@ func Run(ctx context.Context, cfg Config, only []string) (*Report, error) {
 		if _, ok := scenarios[name]; !ok {
 			return nil, fmt.Errorf("unknown scenario %q, want some of %s", name, strings.Join(Scenarios, ","))
 		}
-		if (name == "outbox" || name == "fanout") && cfg.DB == nil {
+		if (name == "outbox" || name == "fanout" || name == "limits") && cfg.DB == nil {
 			if explicit {
 				return nil, fmt.Errorf("%s: %w: it needs PostgreSQL", name, ErrNoDatabase)
 			}

@@ -40,6 +40,8 @@ func (a *app) benchCommand() *cobra.Command {
 			"  request  request/reply req/s, p50 and p99 at 16 callers vs amqp091-go\n" +
 			"  fanout   one run's ForEach over --fanout-items items: items/s and the peak RSS vs as many\n" +
 			"           runs of a one-step flow (needs --database-url)\n" +
+			"  limits   runs/s of a step with a ConcurrencyKey over 100 keys vs the same step without\n" +
+			"           one (needs --database-url)\n" +
 			"with this process's CPU per message (user+sys) for each side. RATIO is value / baseline\n" +
 			"(BETTER says which way is better), CPU RATIO is CPU / baseline CPU. The amqp091-go\n" +
 			"baselines need RabbitMQ. Everything it declares (queues, exchanges, tables) has a name\n" +
@@ -84,7 +86,7 @@ func (a *app) benchCommand() *cobra.Command {
 			if db != nil {
 				cfg.DB, cfg.DatabaseName = db.Pool(), db.Name()
 			} else if only != "" {
-				for _, needs := range []string{"outbox", "fanout"} {
+				for _, needs := range []string{"outbox", "fanout", "limits"} {
 					if slices.Contains(scenarios, needs) {
 						return fmt.Errorf("--only %s: %w", needs, ErrNoDatabase)
 					}

@@ -92,7 +92,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 	t.Parallel()
 	r := execute(t, nil, "bench", "--only", "core,nope")
 	require.Equal(t, 1, r.code)
-	require.Contains(t, r.stderr, `--only: unknown scenario "nope", want some of core,flow,ladder,outbox,request,fanout`)
+	require.Contains(t, r.stderr, `--only: unknown scenario "nope", want some of core,flow,ladder,outbox,request,fanout,limits`)
 	r = execute(t, nil, "bench", "--n", "0")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "--n 0: want at least 1")

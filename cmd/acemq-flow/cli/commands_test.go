@@ -79,6 +79,34 @@ func TestFlowsList(t *testing.T) {
 	require.Contains(t, r.stderr, "this binary was built without any")
 }
 
+// TestFlowsShowLimits: flows show says how many runs of a key a step
+// takes at once, and how often it starts, per key or for all.
+func TestFlowsShowLimits(t *testing.T) {
+	t.Parallel()
+	inv := invocation{flows: []*dsl.FlowDef{dsl.Flow("unit.exports",
+		dsl.Step("export", keep).ConcurrencyKey(`payload.id`, 2),
+		dsl.Step("notify", keep).RateLimitBy(`payload.id`, 10, time.Second),
+		dsl.Step("bill", keep).RateLimit(100, time.Minute))}}
+	r := executeWith(t, inv, "flows", "show", "unit.exports")
+	require.Zero(t, r.code, r.stderr)
+	for _, want := range []string{
+		`(?m)^  at most\s+2 at once per payload\.id$`,
+		`(?m)^  rate\s+10 per 1s per payload\.id$`,
+		`(?m)^  rate\s+100 per 1m0s$`,
+	} {
+		require.Regexp(t, want, r.stdout)
+	}
+	r = executeWith(t, inv, "flows", "show", "unit.exports", "-o", "json")
+	require.Zero(t, r.code, r.stderr)
+	var fi engine.FlowInfo
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &fi))
+	require.Equal(t, "payload.id", fi.Steps[0].ConcurrencyKey)
+	require.Equal(t, 2, fi.Steps[0].ConcurrencyLimit)
+	require.Equal(t, "10 per 1s", fi.Steps[1].RateLimit)
+	require.Equal(t, "payload.id", fi.Steps[1].RateKey)
+	require.Empty(t, fi.Steps[2].RateKey)
+}
+
 func TestFlowsShow(t *testing.T) {
 	t.Parallel()
 	inv := invocation{flows: unitFlows("unit")}

@@ -166,6 +166,16 @@ func writeFlow(cmd *cobra.Command, program string, fi engine.FlowInfo) error {
 		field("compensation", s.Compensation)
 		field("compensation retry", s.CompensationRetry)
 		field("ordered by", s.OrderedBy)
+		if s.ConcurrencyKey != "" {
+			field("at most", fmt.Sprintf("%d at once per %s", s.ConcurrencyLimit, s.ConcurrencyKey))
+		}
+		if s.RateLimit != "" {
+			per := ""
+			if s.RateKey != "" {
+				per = " per " + s.RateKey
+			}
+			field("rate", s.RateLimit+per)
+		}
 		if s.Concurrency > 0 {
 			field("concurrency", strconv.Itoa(s.Concurrency))
 		}

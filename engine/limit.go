@@ -128,12 +128,12 @@ func (r *stepRunner) limitedUnit(ctx context.Context, a *stepAttempt) broker.Ack
 }
 
 // releasing is the BeforeSettle function next of a limited step's
-// consumer with the delivery's place given back first (release): off
-// the handler's slot, which goes on with the next delivery, and before
-// the broker hears of the delivery, so that a worker killed between the
-// two leaves a redelivery that gives the place back. A place that cannot
-// be given back puts the message back instead, whose redelivery (the
-// step done, its hop sent again) gives it back.
+// consumer with the delivery's place given back (release) while next
+// records the delivery: off the handler's slot, which goes on with the
+// next delivery, and before the broker hears of the delivery, so that a
+// worker killed between the two leaves a redelivery that gives the place
+// back. A place that cannot be given back puts the message back instead,
+// whose redelivery (the step done, its hop sent again) gives it back.
 func (r *stepRunner) releasing(next func(context.Context, *broker.Message, broker.Ack) broker.Ack) func(context.Context, *broker.Message, broker.Ack) broker.Ack {
 	if r.spec.Limit == nil {
 		return next
@@ -143,42 +143,53 @@ func (r *stepRunner) releasing(next func(context.Context, *broker.Message, broke
 		if !ok {
 			return next(ctx, m, ack)
 		}
-		if err := r.release(ctx, a); err != nil {
+		s, held := r.held(a)
+		if !held {
+			return next(ctx, m, ack)
+		}
+		released := make(chan error, 1)
+		go func() { released <- r.release(ctx, s) }()
+		out := next(ctx, m, ack)
+		if err := <-released; err != nil {
 			r.e.log.Warn("a limited step's place not given back; its message is put back, and its redelivery gives it back",
-				slog.String("flow", r.f.name), slog.String("step", r.spec.Name), slog.String("run_id", a.d.m.RunID), slog.Any("error", err))
-			a.expect = ""
+				slog.String("flow", r.f.name), slog.String("step", r.spec.Name), slog.String("run_id", m.RunID), slog.Any("error", err))
 			return broker.InProgress(r.e.cfg.InProgressDelay).With(a)
 		}
-		return next(ctx, m, ack)
+		return out
 	}
 }
 
-// release gives back the place a delivery of a limited step held (or
-// was handed while it waited: a run found cancelled, a message given up
-// before it ran) once it is done with it, unless it waits for one or the
-// step runs elsewhere, and sends the messages of the waiters it lets in.
-// The worker's sweep hands out places a release freed but did not hand
-// out.
-func (r *stepRunner) release(ctx context.Context, a *stepAttempt) error {
-	if a.d.err != nil || a.d.m.RunID == "" {
-		return nil
+// held is the place a delivery of a limited step may hold, once it is
+// done with it: the one it took, or one it was handed while it waited (a
+// run found cancelled, a message given up before it ran); none when the
+// step has no ConcurrencyKey, or the delivery waits for a place, or the
+// step runs elsewhere.
+func (r *stepRunner) held(a *stepAttempt) (journal.Slot, bool) {
+	if r.spec.Limit == nil || a.d.err != nil || a.d.m.RunID == "" {
+		return journal.Slot{}, false
 	}
 	switch a.result {
 	case resultLimited, resultBusy, resultRateLimited:
-		return nil
+		return journal.Slot{}, false
 	}
 	key := a.limitKey
 	if !a.asked {
-		// Given up or found cancelled before it asked: it may still have
-		// been handed a place while it waited, under the key its payload
-		// gives (none, when the payload gives none).
+		// It did not ask: its place is under the key its payload gives
+		// (none, when the payload gives none).
 		k, err := r.f.keyOf(r.spec, r.spec.Limit.Key, a.d.m)
 		if err != nil {
-			return nil
+			return journal.Slot{}, false
 		}
 		key = k
 	}
-	send, err := r.e.limits.Release(context.WithoutCancel(ctx), r.slot(&a.d, key))
+	return r.slot(&a.d, key), true
+}
+
+// release gives back the place s, if its holder has it, and sends the
+// messages of the waiters it lets in. The worker's sweep hands out places
+// a release freed but did not hand out.
+func (r *stepRunner) release(ctx context.Context, s journal.Slot) error {
+	send, err := r.e.limits.Release(context.WithoutCancel(ctx), s)
 	if err != nil {
 		return err
 	}
@@ -186,21 +197,41 @@ func (r *stepRunner) release(ctx context.Context, a *stepAttempt) error {
 	return nil
 }
 
-// sendParked sends the parked messages a limit store handed out. One
-// that cannot be sent is handed out again by a worker's sweep (Granted).
+// sendParked sends the parked messages a limit store handed out, each
+// tried again a few times over some seconds (a connection the broker
+// closed comes back meanwhile) unless ctx ends; one still not sent is
+// handed out again by a worker's sweep (Granted).
 func (e *Engine) sendParked(ctx context.Context, send [][]byte) {
+	sendCtx := context.WithoutCancel(ctx)
 	for _, b := range send {
 		var out broker.Outgoing
 		if err := out.UnmarshalBinary(b); err != nil {
 			e.log.Error("a parked message cannot be read; it stays parked", slog.Any("error", err))
 			continue
 		}
-		if err := e.conn.Send(context.WithoutCancel(ctx), out); err != nil {
+		var err error
+	resend:
+		for _, wait := range parkedResends {
+			if err = e.conn.Send(sendCtx, out); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				// Closing: the sweep of a worker still running sends it.
+				break resend
+			case <-time.After(wait):
+			}
+		}
+		if err != nil {
 			e.log.Warn("a waiter's message not sent; a worker's sweep sends it again",
 				slog.String("message_id", out.Message.MessageID), slog.String("queue", out.RoutingKey), slog.Any("error", err))
 		}
 	}
 }
+
+// parkedResends are the pauses after each failed send of a parked
+// message: about 5 s in all, a reconnection's time, before the sweep's 30.
+var parkedResends = []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, time.Second, 3 * time.Second, 0}
 
 // unpark sends a cancelled run's messages waiting for a place back to
 // their steps, which find the run cancelled and stop it there.
@@ -220,20 +251,13 @@ func (e *Engine) unpark(ctx context.Context, runID string) error {
 // of waiters handed a place that did not come, and hands out places a
 // release freed but did not hand out.
 func (w *Worker) sweepLimits(ctx context.Context) {
-	tick := time.NewTicker(limitSweep)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			send, err := w.e.limits.Granted(ctx, grantAge)
-			if err != nil && ctx.Err() == nil {
-				w.e.log.Warn("limited steps' waiters not swept", slog.Any("error", err))
-			}
-			w.e.sendParked(ctx, send)
+	every(ctx, limitSweep, func() {
+		send, err := w.e.limits.Granted(ctx, grantAge)
+		if err != nil && ctx.Err() == nil {
+			w.e.log.Warn("limited steps' waiters not swept", slog.Any("error", err))
 		}
-	}
+		w.e.sendParked(ctx, send)
+	})
 }
 
 // rateEvent is the timeline's entry for a delivery of a rate-limited

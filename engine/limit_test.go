@@ -16,7 +16,6 @@ import (
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/brokertest"
-	"github.com/acemq/acemq-flow/persistence"
 )
 
 // inStep counts, per key, the runs in a step at once and the most there
@@ -134,29 +133,6 @@ func TestConcurrencyKeyHoldsOthersOfItsKeyOnly(t *testing.T) {
 	})
 }
 
-// sharedEngines is n engines, each with its own connection, journal and
-// store over one database, working f (built for the name they share).
-func sharedEngines(t *testing.T, h *brokertest.Harness, n int, f func(name string) *dsl.FlowDef) (string, []*fixture) {
-	db, tables := testDatabase(t)
-	var name string
-	var fxs []*fixture
-	for i := range n {
-		j, err := persistence.NewSQLJournal(db, persistence.SQLJournalConfig{Tables: tables})
-		require.NoError(t, err)
-		store, err := persistence.NewSQLIdempotencyStore(db, persistence.SQLIdempotencyStoreConfig{Tables: tables})
-		require.NoError(t, err)
-		fx := newFixture(t, h, engine.Config{Journal: j, Store: store})
-		if i == 0 {
-			name = fx.name
-		}
-		fx.name = name
-		fx.register(f(name))
-		fx.work()
-		fxs = append(fxs, fx)
-	}
-	return name, fxs
-}
-
 // TestConcurrencyKeyAcrossThreeWorkers: three workers over one database
 // run 60 runs of 5 keys through a step with 2 places per key: every run
 // completes, its step run once, and no key ever has more than 2 runs in
@@ -189,8 +165,9 @@ func TestConcurrencyKeyAcrossThreeWorkers(t *testing.T) {
 
 // TestRateLimitSpacesStarts: 12 runs started at once through a step
 // limited to 5 starts a second start 200ms apart: no second holds more
-// than 5, the last starts 2.2s after the first, and a run that waited
-// says in its timeline until when.
+// than 5, the last starts 2.2s after the first, schedule list shows the
+// runs waiting for their turn, and a run that waited says in its
+// timeline until when.
 func TestRateLimitSpacesStarts(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
 		fx := newFixture(t, h, engine.Config{})
@@ -207,6 +184,12 @@ func TestRateLimitSpacesStarts(t *testing.T) {
 		for i := range 12 {
 			runs = append(runs, fx.start(Order{ID: "o", Amount: i}))
 		}
+		require.Eventually(t, func() bool {
+			s, err := fx.eng.Schedules(brokertest.Ctx(t), fx.name, 100)
+			return err == nil && slices.ContainsFunc(s, func(s engine.Scheduled) bool {
+				return s.Kind == engine.ScheduledRate && s.Step == "call" && s.DueAt.After(time.Now())
+			})
+		}, 10*time.Second, 20*time.Millisecond, "schedule list shows the runs waiting for their turn")
 		for _, run := range runs {
 			fx.waitStatus(run, journal.Completed, 20*time.Second)
 			require.Equal(t, 1, ef.get(run, "call"))

@@ -43,10 +43,10 @@ func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 	if a == nil {
 		// Given up (or parked) before the handler ran.
 		a = &stepAttempt{d: readStep(m), result: resultFailed}
-		if r.spec.Limit != nil {
+		if s, held := r.held(a); held {
 			// It may have been handed a place while it waited (and then
 			// waited longer than its retry policy's age allows).
-			if err := r.release(ctx, a); err != nil {
+			if err := r.release(ctx, s); err != nil {
 				r.e.log.Error("a given-up message's place not given back; it stays taken (docs/operations.md, \"Limits\")",
 					slog.String("flow", r.f.name), slog.String("step", r.spec.Name), slog.String("run_id", m.RunID), slog.Any("error", err))
 			}

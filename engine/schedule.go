@@ -31,13 +31,17 @@ const (
 	// ScheduledSignal: a run waiting at a WaitFor for its signal; its due
 	// time is when the wait times out.
 	ScheduledSignal = "signal"
+	// ScheduledRate: a run waiting for its turn under a step's rate limit
+	// (dsl.RateLimit); its due time is its turn.
+	ScheduledRate = "rate"
 )
 
 // Scheduled is one thing waiting on the ladder: a run held until DueAt.
 type Scheduled struct {
 	RunID string `json:"run_id"`
 	Flow  string `json:"flow"`
-	// Kind is ScheduledStart, ScheduledDelay or ScheduledHold.
+	// Kind is ScheduledStart, ScheduledDelay, ScheduledHold,
+	// ScheduledSignal or ScheduledRate.
 	Kind string `json:"kind"`
 	// Step is the step the run goes on with (or failed at, for a hold).
 	Step  string    `json:"step"`
@@ -90,6 +94,8 @@ func (e *Engine) kindOf(r journal.Run) string {
 		return ScheduledHold
 	case f != nil && r.Status == journal.Waiting && waitsAt(f, r.Step):
 		return ScheduledSignal
+	case f != nil && r.Status == journal.Waiting && rateLimitedAt(f, r.Step):
+		return ScheduledRate
 	case e.firstStep(r.Flow) == r.Step:
 		return ScheduledStart
 	}
@@ -100,6 +106,18 @@ func (e *Engine) kindOf(r journal.Run) string {
 func waitsAt(f *flow, step string) bool {
 	_, w := f.wait(step)
 	return w != nil
+}
+
+// rateLimitedAt says step is one of f's steps with a rate limit and
+// nothing that holds the hop into it (a delay, which a run would
+// otherwise be waiting for).
+func rateLimitedAt(f *flow, step string) bool {
+	i, ok := f.index[step]
+	if !ok {
+		return false
+	}
+	s := f.steps[i]
+	return s.Rate != nil && s.Delay == 0 && s.DelayUntil == nil
 }
 
 // firstStep is the first step of a registered flow ("" for an unknown one

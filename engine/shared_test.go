@@ -22,24 +22,11 @@ import (
 func TestTwoWorkersShareOneDatabase(t *testing.T) {
 	brokertest.OnRabbit(t, func(t *testing.T, h *brokertest.Harness) {
 		const runs = 100
-		db, tables := testDatabase(t)
 		ef := newEffects()
-		var name string
-		var engines []*engine.Engine
-		for i := range 2 {
-			j, err := persistence.NewSQLJournal(db, persistence.SQLJournalConfig{Tables: tables})
-			require.NoError(t, err)
-			store, err := persistence.NewSQLIdempotencyStore(db, persistence.SQLIdempotencyStoreConfig{Tables: tables})
-			require.NoError(t, err)
-			fx := newFixture(t, h, engine.Config{Journal: j, Store: store})
-			if i == 0 {
-				name = fx.name
-			}
-			fx.name = name
-			fx.register(dsl.Flow(name, dsl.Step("a", appendStep(ef, "a")), dsl.Step("b", appendStep(ef, "b")), dsl.Step("c", appendStep(ef, "c"))))
-			fx.work()
-			engines = append(engines, fx.eng)
-		}
+		name, fxs := sharedEngines(t, h, 2, func(name string) *dsl.FlowDef {
+			return dsl.Flow(name, dsl.Step("a", appendStep(ef, "a")), dsl.Step("b", appendStep(ef, "b")), dsl.Step("c", appendStep(ef, "c")))
+		})
+		engines := []*engine.Engine{fxs[0].eng, fxs[1].eng}
 		ctx := brokertest.Ctx(t)
 		ids := make([]string, runs)
 		for i := range ids {
@@ -73,4 +60,27 @@ func TestTwoWorkersShareOneDatabase(t *testing.T) {
 		}
 		h.WaitDepth(name+".a"+broker.DeadLetterSuffix, 0, time.Second)
 	})
+}
+
+// sharedEngines is n engines, each with its own connection, journal and
+// store over one database, working f (built for the name they share).
+func sharedEngines(t *testing.T, h *brokertest.Harness, n int, f func(name string) *dsl.FlowDef) (string, []*fixture) {
+	db, tables := testDatabase(t)
+	var name string
+	var fxs []*fixture
+	for i := range n {
+		j, err := persistence.NewSQLJournal(db, persistence.SQLJournalConfig{Tables: tables})
+		require.NoError(t, err)
+		store, err := persistence.NewSQLIdempotencyStore(db, persistence.SQLIdempotencyStoreConfig{Tables: tables})
+		require.NoError(t, err)
+		fx := newFixture(t, h, engine.Config{Journal: j, Store: store})
+		if i == 0 {
+			name = fx.name
+		}
+		fx.name = name
+		fx.register(f(name))
+		fx.work()
+		fxs = append(fxs, fx)
+	}
+	return name, fxs
 }

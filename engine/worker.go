@@ -104,24 +104,31 @@ func (w *Worker) followCancels(ctx context.Context) {
 	if _, ok := w.e.journal.(journal.CancelFeed); !ok {
 		return
 	}
-	tick := time.NewTicker(cancelPoll)
-	defer tick.Stop()
 	failing := false
+	every(ctx, cancelPoll, func() {
+		err := w.e.readCancels(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			// Once per outage, not four times a second.
+			w.e.log.Warn("cancelled runs not read from the journal; trying again every quarter second", slog.Any("error", err))
+			failing = true
+		case err == nil && failing:
+			w.e.log.Info("cancelled runs read from the journal again")
+			failing = false
+		}
+	})
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			err := w.e.readCancels(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil && !failing:
-				// Once per outage, not four times a second.
-				w.e.log.Warn("cancelled runs not read from the journal; trying again every quarter second", slog.Any("error", err))
-				failing = true
-			case err == nil && failing:
-				w.e.log.Info("cancelled runs read from the journal again")
-				failing = false
-			}
+			f()
 		}
 	}
 }
@@ -156,14 +163,7 @@ func (w *Worker) startHousekeeping() {
 		return
 	}
 	w.background.Go(func() {
-		tick := time.NewTicker(w.e.cfg.Housekeeping)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+		every(ctx, w.e.cfg.Housekeeping, func() {
 			if jp != nil {
 				n, err := jp.PurgeEnded(ctx, jp.Retention())
 				w.e.log.Info("journal: runs past their retention purged", slog.Int64("runs", n), slog.Duration("retention", jp.Retention()), slog.Any("error", err))
@@ -176,7 +176,7 @@ func (w *Worker) startHousekeeping() {
 				n, err := fp.PurgeFires(ctx)
 				w.e.log.Debug("cron: old ticks purged", slog.Int64("ticks", n), slog.Any("error", err))
 			}
-		}
+		})
 	})
 }
 

@@ -49,11 +49,11 @@ type SQLJournal struct {
 	dataSQL  dataStatements
 	joinSQL  joinStatements
 	limitSQL limitStatements
-	// acquires and releases batch the limits' statements (group commit).
-	acquires, releases group[*limitReq]
-	retention          time.Duration
-	purgeBatch         int
-	settles            settler
+	// releases batches the limits' releases (group commit).
+	releases   group[*limitReq]
+	retention  time.Duration
+	purgeBatch int
+	settles    settler
 }
 
 var (

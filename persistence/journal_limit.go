@@ -18,33 +18,24 @@ import (
 // parks it in Tables.LimitSlots with parked (journal.LimitStore), in one
 // statement: the key's row is locked while it decides, so a waiter is
 // only ever parked while every place is taken, and the release that frees
-// one after it sees it. Acquires issued while others are being written go
-// together in one round trip (one transaction, taking the keys' rows in
-// key order, as every batch does, so that batches of two workers never
-// wait for each other in a circle). It refuses what journal.CheckSlot
-// refuses.
+// one after it sees it. It is not batched: a handler waits for it. It
+// refuses what journal.CheckSlot refuses.
 func (j *SQLJournal) Acquire(ctx context.Context, s journal.Slot, parked []byte) (bool, error) {
 	if err := journal.CheckSlot(s); err != nil {
 		return false, err
 	}
-	r := &limitReq{slot: s, parked: parked}
-	if err := j.acquires.do(ctx, r, j.writeAcquires); err != nil {
-		return false, err
+	var granted bool
+	if err := j.db.QueryRow(ctx, j.limitSQL.acquire, s.Flow, s.Step, s.Holder, s.Key, s.Limit, s.RunID, parked).Scan(&granted); err != nil {
+		return false, fmt.Errorf("journal: acquire a place of %s/%s key %q for %s: %w", s.Flow, s.Step, s.Key, s.Holder, err)
 	}
-	if r.err != nil {
-		return false, fmt.Errorf("journal: acquire a place of %s/%s key %q for %s: %w", s.Flow, s.Step, s.Key, s.Holder, r.err)
-	}
-	return r.granted, nil
+	return granted, nil
 }
 
-// limitReq is one Acquire or Release in a group's batch: its arguments,
-// and what its statement returned.
+// limitReq is one Release in a group's batch: its slot, and what its
+// statement returned: freed says it gave a place back, waiting that its
+// key has waiters.
 type limitReq struct {
 	slot    journal.Slot
-	parked  []byte
-	granted bool
-	// freed says a Release gave a place back; waiting, that its key has
-	// waiters (its statement's RETURNING).
 	freed   bool
 	waiting int
 	err     error
@@ -96,20 +87,13 @@ func (j *SQLJournal) runBatch(ctx context.Context, reqs []*limitReq, stmt string
 	}
 }
 
-func (j *SQLJournal) writeAcquires(ctx context.Context, reqs []*limitReq) {
-	j.runBatch(ctx, reqs, j.limitSQL.acquire,
-		func(r *limitReq) []any {
-			s := r.slot
-			return []any{s.Flow, s.Step, s.Holder, s.Key, s.Limit, s.RunID, r.parked}
-		},
-		func(row pgx.Row, r *limitReq) error { return row.Scan(&r.granted) })
-}
-
 // Release frees s.Holder's place and hands free places to the key's
-// oldest waiters (journal.LimitStore): one statement, batched as Acquire's
-// are, when nobody waits; otherwise a second, in a transaction holding
-// the key's row, that reads the waiters only once it holds it (so that it
-// sees every waiter parked before).
+// oldest waiters (journal.LimitStore): one statement when nobody waits;
+// otherwise a second, in a transaction holding the key's row, that reads
+// the waiters only once it holds it (so that it sees every waiter parked
+// before). Releases issued while others are being written go together in
+// one round trip (one transaction, taking the keys' rows in key order, so
+// that two workers' batches never wait for each other in a circle).
 func (j *SQLJournal) Release(ctx context.Context, s journal.Slot) ([][]byte, error) {
 	if err := journal.CheckSlot(s); err != nil {
 		return nil, err

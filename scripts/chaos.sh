@@ -65,6 +65,13 @@ close_loop='
 	end,
 	spawn(fun() -> true = register(acemq_chaos_closer, self()), Closer() end), ok.'
 
+# close-all: every client connection of the chaos node closed once; it
+# prints how many.
+close_all='
+	Conns = rabbit_networking:connections(),
+	rabbit_networking:close_connections(Conns, "chaos: every connection closed"),
+	length(Conns).'
+
 redelivered='
 	lists:sum([maps:get(messages_redelivered_total, Counters, 0)
 		|| {Labels, Counters} <- maps:to_list(rabbit_global_counters:overview()),
@@ -80,8 +87,9 @@ ctl() {
 	pg-start) pg_start ;;
 	close-loop-start) rabbitmqctl eval "$close_loop" >/dev/null ;;
 	close-loop-stop) rabbitmqctl eval 'case whereis(acemq_chaos_closer) of undefined -> ok; P -> exit(P, kill), ok end.' >/dev/null ;;
+	close-all) rabbitmqctl eval "$close_all" ;;
 	redelivered) rabbitmqctl eval "$redelivered" ;;
-	*) die "ctl: unknown action ${1:-} (rabbit-stop, rabbit-start, pg-stop [mode], pg-start, close-loop-start, close-loop-stop, redelivered)" ;;
+	*) die "ctl: unknown action ${1:-} (rabbit-stop, rabbit-start, pg-stop [mode], pg-start, close-loop-start, close-loop-stop, close-all, redelivered)" ;;
 	esac
 }
 

@@ -26,11 +26,29 @@ type row struct {
 	DoubleEffects int `json:"double_effects"`
 	// Joins counts the joins that fired (a Parallel's or a ForEach's,
 	// once per run each); JoinsTwice the firings beyond the first of one.
-	Joins      int      `json:"joins"`
-	JoinsTwice int      `json:"joins_fired_twice"`
+	Joins      int `json:"joins"`
+	JoinsTwice int `json:"joins_fired_twice"`
+	// Signals counts the runs sent a signal (a flow with a WaitFor);
+	// LostSignals those that did not go on past their wait with the
+	// signal they were sent.
+	Signals     int `json:"signals"`
+	LostSignals int `json:"lost_signals"`
+	// Limit is the concurrency limit per key of the flow's limited step
+	// (0: it has none); MostInStep the most runs of one key seen in that
+	// step at once, across every worker.
+	Limit      int      `json:"limit"`
+	MostInStep int      `json:"most_in_step"`
 	Seconds    float64  `json:"seconds"`
 	OK         bool     `json:"ok"`
 	Notes      []string `json:"notes,omitempty"`
+}
+
+// clean says the row's counts are those of a scenario that passed: every
+// run sent completed, none lost, no effect applied and no join fired
+// twice, no signal lost and no limit exceeded.
+func (r row) clean() bool {
+	return r.Sent > 0 && r.Completed == r.Sent && r.Lost == 0 && r.DoubleEffects == 0 && r.JoinsTwice == 0 &&
+		r.LostSignals == 0 && r.MostInStep <= r.Limit
 }
 
 // report prints rows as a table with each scenario's notes under it, or
@@ -42,7 +60,7 @@ func report(w io.Writer, format string, rows []row) error {
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tsent\tcompleted\tlost\tduplicate deliveries\tjoins fired twice\tdouble effects\ttime\tresult")
+	fmt.Fprintln(tw, "scenario\tsent\tcompleted\tlost\tduplicate deliveries\tjoins fired twice\tlost signals\tmost in limited step\tdouble effects\ttime\tresult")
 	for _, r := range rows {
 		result := "ok"
 		if !r.OK {
@@ -53,8 +71,18 @@ func report(w io.Writer, format string, rows []row) error {
 		if r.Joins > 0 {
 			joins = strconv.Itoa(r.JoinsTwice)
 		}
-		fmt.Fprintf(tw, "%d. %s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", r.Scenario, r.Name, r.Sent, r.Completed, r.Lost,
-			r.DuplicateDeliveries, joins, r.DoubleEffects, time.Duration(r.Seconds*float64(time.Second)).Round(100*time.Millisecond), result)
+		// Nor one without a WaitFor a signal to lose, nor one without a
+		// limited step a limit.
+		lostSignals, most := "-", "-"
+		if r.Signals > 0 {
+			lostSignals = strconv.Itoa(r.LostSignals)
+		}
+		if r.Limit > 0 {
+			most = fmt.Sprintf("%d (limit %d)", r.MostInStep, r.Limit)
+		}
+		fmt.Fprintf(tw, "%d. %s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Scenario, r.Name, r.Sent, r.Completed, r.Lost,
+			r.DuplicateDeliveries, joins, lostSignals, most, r.DoubleEffects,
+			time.Duration(r.Seconds*float64(time.Second)).Round(100*time.Millisecond), result)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -18,12 +18,17 @@ type scenario struct {
 	// runs is the scenario's own size; short its size in -short (0: not
 	// in the short form).
 	runs, short int
-	// flow is chaosflow.Pipeline, chaosflow.Saga or chaosflow.Forks.
+	// flow is chaosflow.Pipeline, chaosflow.Saga, chaosflow.Forks or
+	// chaosflow.Waits.
 	flow    string
 	workers int
 	// workMillis is how long each step works before its effect (see
 	// chaosflow.Order.WorkMillis).
 	workMillis int
+	// startRate, when set, is the most runs started per second: the runs
+	// then come in steadily over the scenario rather than all at once, so
+	// that its faults find each part of the flow busy throughout.
+	startRate int
 	// outbox starts runs with engine.StartTx through the outbox, relayed
 	// by a patterns.OutboxRelay, instead of engine.Start.
 	outbox bool
@@ -57,6 +62,8 @@ var scenarios = []scenario{
 	{n: 6, name: "worker killed while compensating", runs: 1000, flow: chaosflow.Saga, workers: 2, workMillis: 50, fault: killCompensating},
 	{n: 7, name: "forks: every connection closed every 2 s", runs: 20, short: 5, flow: chaosflow.Forks, workers: 3, fault: closeConnections, faultFirst: true},
 	{n: 8, name: "forks: workers SIGKILLed with items in flight", runs: 20, flow: chaosflow.Forks, workers: 2, workMillis: 5, fault: killForking},
+	{n: 9, name: "waits and limits: workers SIGKILLed, connections closed", runs: 2000, short: 500, flow: chaosflow.Waits, workers: 3, workMillis: 250,
+		startRate: 40, fault: killAndClose},
 }
 
 // Outages of scenarios 2 and 3: long enough for every worker to notice,
@@ -245,6 +252,9 @@ func (s *session) killAndReplace(ctx context.Context) ([]string, error) {
 	if s.sc.flow == chaosflow.Forks {
 		at = fmt.Sprintf("%d%% of the effects applied", s.effectsPercent(ctx))
 	}
+	if err := s.markKilled(ctx, w); err != nil {
+		return nil, err
+	}
 	s.fleet.kill(w)
 	since, err := s.dbNow(ctx)
 	if err != nil {
@@ -258,18 +268,25 @@ func (s *session) killAndReplace(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	comps := 0
+	comps, exports := 0, 0
 	for _, k := range keys {
-		if isCompensation(k) {
+		switch {
+		case isCompensation(k):
 			comps++
+		case isExport(k):
+			exports++
 		}
 	}
 	how := "expired by the driver, as their lease would have done"
 	if !s.cfg.expireDeadClaims {
 		how = "left to their 5-minute lease"
 	}
-	s.note("%s SIGKILLed at %s (%s) holding %d steps and %d compensations (%s); %s started",
-		w.name, stamp(s.fleet.killedAt(w.name)), at, len(keys)-comps, comps, how, nw.name)
+	held := ""
+	if s.sc.flow == chaosflow.Waits {
+		held = fmt.Sprintf(" (%d of them in %s)", exports, chaosflow.WaitsLast)
+	}
+	s.note("%s SIGKILLed at %s (%s) holding %d steps%s and %d compensations (%s); %s started",
+		w.name, stamp(s.fleet.killedAt(w.name)), at, len(keys)-comps, held, comps, how, nw.name)
 	return keys, nil
 }
 

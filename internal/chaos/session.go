@@ -71,6 +71,12 @@ type session struct {
 	// redelivered is what the node counted before a restart reset its
 	// counters; redeliveredBase is the counter's value the rest counts from.
 	redelivered, redeliveredBase int64
+	// For a flow with a WaitFor (see waits.go): the signal each run was
+	// sent (its token), the runs whose signal waits until they wait, and
+	// how the signals were taken.
+	signals     map[string]string
+	lateSignals map[string]bool
+	sentSignals signalCounts
 }
 
 // runScenario runs one scenario and returns its row; a scenario that
@@ -118,6 +124,10 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 		expected = append(append([]string(nil), chaosflow.SagaSteps...), chaosflow.SagaUndos...)
 	case chaosflow.Forks:
 		s.lastEffect, expected = chaosflow.ForksLast, chaosflow.ForksEffects()
+	case chaosflow.Waits:
+		s.lastEffect, expected = chaosflow.WaitsLast, chaosflow.WaitsSteps
+		s.signals = map[string]string{}
+		s.lateSignals = map[string]bool{}
 	}
 	s.expected = expected
 	s.expectedSet = make(map[string]bool, len(expected))
@@ -137,8 +147,8 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 	if err := persistence.Migrate(ctx, s.pool); err != nil {
 		return nil, fmt.Errorf("migrate the scenario database: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, chaosflow.CreateEffectsTable); err != nil {
-		return nil, fmt.Errorf("create %s: %w", chaosflow.EffectsTable, err)
+	if _, err := s.pool.Exec(ctx, chaosflow.CreateTables); err != nil {
+		return nil, fmt.Errorf("create the chaos flows' tables: %w", err)
 	}
 	if s.jr, err = persistence.NewSQLJournal(s.pool, persistence.SQLJournalConfig{}); err != nil {
 		return nil, err
@@ -293,13 +303,16 @@ func (s *session) finish(ctx context.Context, r row, progress io.Writer) row {
 	r.DuplicateDeliveries = s.redelivered + n - s.redeliveredBase
 	s.mu.Unlock()
 	s.account(stop, &r, progress)
+	if s.signals != nil {
+		s.accountWaits(stop, &r)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.Notes = append(r.Notes, s.notes...)
 	for _, f := range s.failures {
 		r.Notes = append(r.Notes, "fail: "+f)
 	}
-	r.OK = len(s.failures) == 0 && r.Lost == 0 && r.DoubleEffects == 0 && r.JoinsTwice == 0 && r.Completed == r.Sent && r.Sent > 0
+	r.OK = len(s.failures) == 0 && r.clean()
 	return r
 }
 
@@ -327,35 +340,62 @@ func (s *session) close() {
 	}
 }
 
-// startRuns starts the scenario's runs, startConcurrency at a time, each
-// tried again until it is started or ctx ends.
+// startRuns starts the scenario's runs, startConcurrency at a time (and
+// at most startRate a second, when the scenario says), each tried again
+// until it is started or ctx ends; for a flow with a WaitFor, it returns
+// once every run was also sent its signal.
 func (s *session) startRuns(ctx context.Context) {
-	ids := make(chan string)
+	runs := make(chan int)
 	var wg sync.WaitGroup
 	for range startConcurrency {
 		wg.Go(func() {
-			for id := range ids {
-				s.startOne(ctx, id)
+			for i := range runs {
+				s.startOne(ctx, i)
 			}
 		})
 	}
+	startsDone := make(chan struct{})
+	var late sync.WaitGroup
+	if s.signals != nil {
+		late.Go(func() { s.signalWaiting(ctx, startsDone) })
+	}
+	var pace <-chan time.Time
+	if s.sc.startRate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(s.sc.startRate))
+		defer t.Stop()
+		pace = t.C
+	}
 feed:
 	for i := range s.runs {
+		if pace != nil {
+			select {
+			case <-pace:
+			case <-ctx.Done():
+				break feed
+			}
+		}
 		select {
-		case ids <- fmt.Sprintf("%s-%06d", s.prefix, i+1):
+		case runs <- i:
 		case <-ctx.Done():
 			break feed
 		}
 	}
-	close(ids)
+	close(runs)
 	wg.Wait()
+	close(startsDone)
+	late.Wait()
 }
 
-// startOne starts the run id, trying again (under the same id, so that a
-// start that did get through is not a second run) until it is started or
-// ctx ends.
-func (s *session) startOne(ctx context.Context, id string) {
+// startOne starts the i-th run, trying again (under the same id, so that
+// a start that did get through is not a second run) until it is started
+// or ctx ends; for a flow with a WaitFor, it then sends the run's signal
+// at once or leaves it for when the run waits, every other run.
+func (s *session) startOne(ctx context.Context, i int) {
+	id := fmt.Sprintf("%s-%06d", s.prefix, i+1)
 	o := chaosflow.Order{ID: id, WorkMillis: s.sc.workMillis}
+	if s.signals != nil {
+		o.Tenant = chaosflow.Tenant(i)
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		var err error
@@ -370,7 +410,13 @@ func (s *session) startOne(ctx context.Context, id string) {
 		if err == nil {
 			s.mu.Lock()
 			s.sent[id] = true
+			if s.signals != nil && i%2 == 1 {
+				s.lateSignals[id] = true
+			}
 			s.mu.Unlock()
+			if s.signals != nil && i%2 == 0 {
+				s.signal(ctx, id, false)
+			}
 			return
 		}
 		if ctx.Err() != nil {

@@ -262,14 +262,8 @@ var logAttr = regexp.MustCompile(`(level|msg|queue)=("(?:[^"\\]|\\.)*"|\S+)`)
 // warnings are the most frequent kinds of warning and error the workers
 // logged (level, message, queue), most frequent first, at most n.
 func (f *fleet) warnings(n int) []string {
-	f.mu.Lock()
-	paths := make([]string, len(f.workers))
-	for i, w := range f.workers {
-		paths[i] = w.logPath
-	}
-	f.mu.Unlock()
 	counts := map[string]int{}
-	for _, p := range paths {
+	for _, p := range f.logPaths() {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
@@ -292,6 +286,28 @@ func (f *fleet) warnings(n int) []string {
 		out = append(out, fmt.Sprintf("%6d %s", counts[k], k))
 	}
 	return out
+}
+
+// logged counts how often text occurs in the workers' logs.
+func (f *fleet) logged(text string) int {
+	n := 0
+	for _, p := range f.logPaths() {
+		if b, err := os.ReadFile(p); err == nil {
+			n += bytes.Count(b, []byte(text))
+		}
+	}
+	return n
+}
+
+// logPaths are the logs of every worker started.
+func (f *fleet) logPaths() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	paths := make([]string, len(f.workers))
+	for i, w := range f.workers {
+		paths[i] = w.logPath
+	}
+	return paths
 }
 
 // lastLines is the last n lines of a log, joined by " | ", for a message.

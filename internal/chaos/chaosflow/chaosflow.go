@@ -9,6 +9,12 @@
 // rows of one (run, step). The steps are Transactional, as a user's steps
 // whose effects live in the workers' database should be: the row is
 // written in the step's transaction, which also records that the step ran.
+//
+// The waits flow's limited step also marks each run in it, while it is
+// there, in InStepTable, outside its transaction so that every worker
+// sees the mark at once, and records in MostInStepTable the most runs of
+// its key it saw there together: the driver reads from it whether the
+// limit held across every worker.
 package chaosflow
 
 import (
@@ -18,6 +24,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
@@ -31,6 +39,8 @@ type Order struct {
 	// applies its effect: the time a step spends in flight, where a kill
 	// or a drain finds it.
 	WorkMillis int `json:"work_ms,omitempty"`
+	// Tenant is the key of the waits flow's limited step (Tenant(i)).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // The flows' names, after the scenario's prefix and a dot.
@@ -45,7 +55,40 @@ const (
 	// flight), its join, a Parallel of the ForkBranches, its join, and
 	// ForksLast.
 	Forks = "forks"
+	// Waits is the flow that waits for a signal and then goes through a
+	// step with a concurrency limit per tenant: WaitsFirst, the WaitFor
+	// WaitsSignal, and WaitsLast, at most TenantLimit runs of a tenant in
+	// it at once.
+	Waits = "waits"
 )
+
+// The waits flow's shape.
+const (
+	WaitsFirst  = "prepare"
+	WaitsSignal = "approval"
+	WaitsLast   = "export"
+	// WaitsTimeout is how long a run waits for its signal: far longer than
+	// any scenario, so that a signal lost stalls its run rather than
+	// letting it time out.
+	WaitsTimeout = 10 * time.Minute
+	// Tenants is how many tenants the runs are spread over; TenantLimit
+	// how many runs of one may be in WaitsLast at once.
+	Tenants     = 10
+	TenantLimit = 2
+)
+
+// WaitsSteps are the waits flow's steps with an effect, in order.
+var WaitsSteps = []string{WaitsFirst, WaitsLast}
+
+// Tenant is the tenant of the i-th run of the waits flow.
+func Tenant(i int) string { return fmt.Sprintf("t%02d", i%Tenants) }
+
+// Approval is the signal the waits flow waits for: Token says which
+// signal it is, and WaitsLast records it with its effect, so that the
+// driver sees each run go on with the signal it was sent.
+type Approval struct {
+	Token string `json:"token"`
+}
 
 // The forks flow's shape and effect names. Each item applies ItemEffect(i);
 // each join applies its own effect, JoinPrefix and the fork's name, in
@@ -94,21 +137,47 @@ var (
 // UndoPrefix starts the effect name of a compensation: undo-<step>.
 const UndoPrefix = "undo-"
 
-// EffectsTable is where the effects land, one row per application.
-const EffectsTable = "chaos_effects"
+// The chaos flows' tables. EffectsTable is where the effects land, one
+// row per application, with the signal a step after a wait was given.
+// InStepTable holds a mark per run in the waits flow's limited step and
+// process it is there on; MostInStepTable the most runs of each tenant
+// seen there at once; KilledTable the worker processes the driver
+// SIGKILLed, whose marks no longer count: the driver writes a worker
+// there before it kills it.
+const (
+	EffectsTable    = "chaos_effects"
+	InStepTable     = "chaos_in_step"
+	MostInStepTable = "chaos_most_in_step"
+	KilledTable     = "chaos_killed"
+)
 
-// CreateEffectsTable creates EffectsTable. The id is the application's
-// own, so that an insert retried after its answer was lost is not
-// counted twice.
-const CreateEffectsTable = `
+// CreateTables creates the chaos flows' tables. An effect's id is the
+// application's own, so that an insert retried after its answer was lost
+// is not counted twice.
+const CreateTables = `
 CREATE TABLE IF NOT EXISTS ` + EffectsTable + ` (
 	id     text PRIMARY KEY,
 	run_id text NOT NULL,
 	step   text NOT NULL,
 	worker text NOT NULL,
+	signal text,
 	at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE INDEX IF NOT EXISTS ` + EffectsTable + `_run_idx ON ` + EffectsTable + ` (run_id, step);`
+CREATE INDEX IF NOT EXISTS ` + EffectsTable + `_run_idx ON ` + EffectsTable + ` (run_id, step);
+CREATE TABLE IF NOT EXISTS ` + InStepTable + ` (
+	tenant text NOT NULL,
+	run_id text NOT NULL,
+	worker text NOT NULL,
+	PRIMARY KEY (run_id, worker)
+);
+CREATE INDEX IF NOT EXISTS ` + InStepTable + `_tenant_idx ON ` + InStepTable + ` (tenant);
+CREATE TABLE IF NOT EXISTS ` + MostInStepTable + ` (
+	tenant text PRIMARY KEY,
+	most   integer NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ` + KilledTable + ` (
+	worker text PRIMARY KEY
+);`
 
 // StepRetry is the retry policy of every step and compensation: an outage
 // of a minute or two never uses it up.
@@ -123,17 +192,35 @@ var ErrNoDatabase = errors.New("chaos flows: no database (set ACEMQ_DATABASE_URL
 // runs never applies one.
 type Effects struct {
 	worker string
+	// pool marks runs in and out of the limited step, each statement
+	// committed on its own.
+	pool *pgxpool.Pool
 }
 
+// inStepConns is the most connections a worker marks runs in and out of
+// the limited step on: a statement each, short, never held while a step
+// works.
+const inStepConns = 8
+
 // NewEffects returns Effects for a worker on the database at url (the
-// engine's, whose step transactions the effects join); worker names this
+// engine's, whose step transactions the effects join; the limited step
+// marks its runs there on connections of its own); worker names this
 // process in every row. An empty url gives nil, which refuses every
 // effect.
 func NewEffects(url, worker string) (*Effects, error) {
 	if url == "" {
 		return nil, nil
 	}
-	return &Effects{worker: worker}, nil
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("chaos effects: the database URL: %w", err)
+	}
+	cfg.MaxConns = inStepConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("chaos effects: %w", err)
+	}
+	return &Effects{worker: worker, pool: pool}, nil
 }
 
 // Apply applies the effect called step for the run whose message ctx's
@@ -144,10 +231,25 @@ func (e *Effects) Apply(ctx context.Context, o Order, step string) error {
 	if e == nil {
 		return ErrNoDatabase
 	}
+	runID, err := handledRun(ctx, step)
+	if err != nil {
+		return err
+	}
+	return e.apply(ctx, runID, o, step, "")
+}
+
+// handledRun is the run whose message ctx's handler holds.
+func handledRun(ctx context.Context, step string) (string, error) {
 	m, ok := broker.Handling(ctx)
 	if !ok || m.RunID == "" {
-		return broker.Fatal(fmt.Errorf("chaos effect %s: no run id on the message being handled", step))
+		return "", broker.Fatal(fmt.Errorf("chaos effect %s: no run id on the message being handled", step))
 	}
+	return m.RunID, nil
+}
+
+// apply is Apply for runID, with the signal the step was given ("" for
+// none).
+func (e *Effects) apply(ctx context.Context, runID string, o Order, step, signal string) error {
 	if o.WorkMillis > 0 {
 		select {
 		case <-time.After(time.Duration(o.WorkMillis) * time.Millisecond):
@@ -157,18 +259,74 @@ func (e *Effects) Apply(ctx context.Context, o Order, step string) error {
 	}
 	tx, ok := persistence.Tx(ctx)
 	if !ok {
-		return broker.Fatal(fmt.Errorf("chaos effect %s of run %s: not in a step's transaction (the step is not Transactional)", step, m.RunID))
+		return broker.Fatal(fmt.Errorf("chaos effect %s of run %s: not in a step's transaction (the step is not Transactional)", step, runID))
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+EffectsTable+` (id, run_id, step, worker) VALUES ($1, $2, $3, $4)`,
-		broker.NewID(), m.RunID, step, e.worker)
+	_, err := tx.Exec(ctx, `INSERT INTO `+EffectsTable+` (id, run_id, step, worker, signal) VALUES ($1, $2, $3, $4, NULLIF($5, ''))`,
+		broker.NewID(), runID, step, e.worker, signal)
 	if err != nil {
-		return fmt.Errorf("chaos effect %s of run %s: %w", step, m.RunID, err)
+		return fmt.Errorf("chaos effect %s of run %s: %w", step, runID, err)
 	}
 	return nil
 }
 
-// Flows are the chaos flows, named prefix.Pipeline, prefix.Saga and
-// prefix.Forks, their effects applied by fx.
+// Export is the waits flow's limited step, WaitsLast, for the run whose
+// signal s carries: it marks the run in the step for its tenant, records
+// the most runs of the tenant in the step it sees, applies its effect
+// with the signal's token, looks again, and takes the mark away however
+// the step ends. Two looks, on entry and on the way out, so that of runs
+// in the step together the last to come in sees them all even if one of
+// the others leaves first.
+func (e *Effects) Export(ctx context.Context, s dsl.Signalled[Order, Approval]) (err error) {
+	if e == nil {
+		return ErrNoDatabase
+	}
+	runID, err := handledRun(ctx, WaitsLast)
+	if err != nil {
+		return err
+	}
+	o := s.Input
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+InStepTable+` (tenant, run_id, worker) VALUES ($1, $2, $3)
+		ON CONFLICT DO NOTHING`, o.Tenant, runID, e.worker); err != nil {
+		return fmt.Errorf("chaos %s of run %s: mark it in the step: %w", WaitsLast, runID, err)
+	}
+	defer func() {
+		// Even when the delivery's context is gone: a mark left behind
+		// would count the run in the step for ever. Every mark of the
+		// run goes, a killed process's too: the run has left the step.
+		_, derr := e.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM `+InStepTable+` WHERE run_id = $1`, runID)
+		if derr != nil {
+			err = errors.Join(err, fmt.Errorf("chaos %s of run %s: take its mark out of the step: %w", WaitsLast, runID, derr))
+		}
+	}()
+	if err := e.look(ctx, o.Tenant); err != nil {
+		return fmt.Errorf("chaos %s of run %s: %w", WaitsLast, runID, err)
+	}
+	if err := e.apply(ctx, runID, o, WaitsLast, s.Signal.Token); err != nil {
+		return err
+	}
+	if err := e.look(ctx, o.Tenant); err != nil {
+		return fmt.Errorf("chaos %s of run %s: %w", WaitsLast, runID, err)
+	}
+	return nil
+}
+
+// look counts the runs of tenant marked in the limited step by processes
+// the driver did not kill, and records the count if it is the most seen.
+// Runs, not marks: a run delivered again on another worker while a killed
+// one's mark is still there is one run, holding one place.
+func (e *Effects) look(ctx context.Context, tenant string) error {
+	_, err := e.pool.Exec(ctx, `INSERT INTO `+MostInStepTable+` (tenant, most)
+		SELECT $1, count(DISTINCT s.run_id) FROM `+InStepTable+` s
+		WHERE s.tenant = $1 AND NOT EXISTS (SELECT 1 FROM `+KilledTable+` k WHERE k.worker = s.worker)
+		ON CONFLICT (tenant) DO UPDATE SET most = GREATEST(`+MostInStepTable+`.most, EXCLUDED.most)`, tenant)
+	if err != nil {
+		return fmt.Errorf("count the runs of tenant %s in the step: %w", tenant, err)
+	}
+	return nil
+}
+
+// Flows are the chaos flows, named prefix.Pipeline, prefix.Saga,
+// prefix.Forks and prefix.Waits, their effects applied by fx.
 func Flows(prefix string, fx *Effects) []*dsl.FlowDef {
 	step := func(name string) func(context.Context, Order) (Order, error) {
 		return func(ctx context.Context, o Order) (Order, error) { return o, fx.Apply(ctx, o, name) }
@@ -188,7 +346,20 @@ func Flows(prefix string, fx *Effects) []*dsl.FlowDef {
 		saga = append(saga, dsl.Step(s, step(s)).Retry(StepRetry).Compensate(undo(s)).CompensateRetry(StepRetry).Transactional())
 	}
 	saga = append(saga, dsl.Step("ship", ship))
-	return []*dsl.FlowDef{dsl.Flow(prefix+"."+Pipeline, pipeline...), dsl.Flow(prefix+"."+Saga, saga...), forks(prefix, fx, step)}
+	return []*dsl.FlowDef{dsl.Flow(prefix+"."+Pipeline, pipeline...), dsl.Flow(prefix+"."+Saga, saga...), forks(prefix, fx, step),
+		waits(prefix, fx, step)}
+}
+
+// waits is the flow prefix.Waits.
+func waits(prefix string, fx *Effects, step func(string) func(context.Context, Order) (Order, error)) *dsl.FlowDef {
+	export := func(ctx context.Context, s dsl.Signalled[Order, Approval]) (Order, error) {
+		return s.Input, fx.Export(ctx, s)
+	}
+	return dsl.Flow(prefix+"."+Waits,
+		dsl.Example(Order{ID: "example", Tenant: Tenant(0)}),
+		dsl.Step(WaitsFirst, step(WaitsFirst)).Retry(StepRetry).Transactional(),
+		dsl.WaitFor[Order, Approval](WaitsSignal, WaitsTimeout),
+		dsl.Step(WaitsLast, export).Retry(StepRetry).Transactional().ConcurrencyKey("payload.input.tenant", TenantLimit))
 }
 
 // forks is the flow prefix.Forks. Its joins check what they are given,

@@ -64,13 +64,12 @@ func (m *Memory) Acquire(_ context.Context, s Slot, parked []byte) (bool, error)
 		l.keys[k] = ml
 	}
 	ml.limit = s.Limit
-	if ml.held[s.Holder] {
-		ml.waiters = slices.DeleteFunc(ml.waiters, func(w *memWaiter) bool { return w.holder == s.Holder })
-		return true, nil
-	}
-	if len(ml.held) < ml.limit {
+	if ml.held[s.Holder] || len(ml.held) < ml.limit {
+		// A holder with its place keeps it; a waiter that comes again
+		// while a place is free takes it.
 		ml.held[s.Holder] = true
 		l.holding[limitHolder{s.Flow, s.Step, s.Holder}] = s.Key
+		ml.waiters = slices.DeleteFunc(ml.waiters, func(w *memWaiter) bool { return w.holder == s.Holder })
 		return true, nil
 	}
 	if !slices.ContainsFunc(ml.waiters, func(w *memWaiter) bool { return w.holder == s.Holder }) {

@@ -27,16 +27,17 @@ type OpenLimits func(t *testing.T) journal.LimitStore
 // store keeps its limits.
 func Limits(t *testing.T, open OpenLimits) {
 	tests := map[string]func(*testing.T, journal.LimitStore){
-		"places up to the limit":       placesUpToTheLimit,
-		"waiters let in in order":      waitersInOrder,
-		"a redelivery keeps its place": redeliveryKeepsItsPlace,
-		"keys apart":                   keysApart,
-		"handed out again":             handedOutAgain,
-		"unpark":                       unpark,
-		"rate turns":                   rateTurns,
-		"refusals":                     limitRefusals,
-		"many holders at once":         func(t *testing.T, s journal.LimitStore) { ManyHolders(t, s, s) },
-		"many turns at once":           func(t *testing.T, s journal.LimitStore) { ManyTurns(t, s, s) },
+		"places up to the limit":         placesUpToTheLimit,
+		"waiters let in in order":        waitersInOrder,
+		"a redelivery keeps its place":   redeliveryKeepsItsPlace,
+		"keys apart":                     keysApart,
+		"a waiter let in by a new limit": waiterComesAgain,
+		"handed out again":               handedOutAgain,
+		"unpark":                         unpark,
+		"rate turns":                     rateTurns,
+		"refusals":                       limitRefusals,
+		"many holders at once":           func(t *testing.T, s journal.LimitStore) { ManyHolders(t, s, s) },
+		"many turns at once":             func(t *testing.T, s journal.LimitStore) { ManyTurns(t, s, s) },
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -105,6 +106,23 @@ func redeliveryKeepsItsPlace(t *testing.T, s journal.LimitStore) {
 	require.True(t, acquire(t, s, slot("k", "b", 1)))
 	require.True(t, acquire(t, s, slot("k", "b", 1)), "b came back twice")
 	require.Empty(t, release(t, s, slot("k", "b", 1)))
+}
+
+// waiterComesAgain: a waiter that comes again once a place is free (its
+// key's limit raised) takes it, and is not handed another later.
+func waiterComesAgain(t *testing.T, s journal.LimitStore) {
+	ctx := context.Background()
+	require.True(t, acquire(t, s, slot("k", "a", 1)))
+	require.False(t, acquire(t, s, slot("k", "b", 1)))
+	require.True(t, acquire(t, s, slot("k", "b", 2)), "the limit raised to 2: b takes the free place")
+	require.False(t, acquire(t, s, slot("k", "c", 2)), "both places taken")
+	require.Equal(t, []string{"msg c"}, release(t, s, slot("k", "a", 2)), "a's place goes to c, not to b again")
+	again, err := s.Granted(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"msg c"}, texts(again), "only c's message is on its way")
+	require.True(t, acquire(t, s, slot("k", "c", 2)))
+	require.Empty(t, release(t, s, slot("k", "b", 2)))
+	require.Empty(t, release(t, s, slot("k", "c", 2)))
 }
 
 func keysApart(t *testing.T, s journal.LimitStore) {

@@ -179,12 +179,13 @@ func TestBenchOnRabbitMQ(t *testing.T) {
 		"outbox relay",
 		"request/reply, 16 callers", "request/reply, 16 callers, p50", "request/reply, 16 callers, p99",
 		"ForEach in one run", "ForEach in one run, peak RSS",
+		"a step with a ConcurrencyKey",
 	}
 	// The rows that show CPU for both sides: the throughput of each pair,
 	// and the ladder's (which has none).
 	withCPU := map[string]bool{"confirmed publish": true, "acknowledged consume": true, "3-step flow": true,
 		"3-step flow, journal on PostgreSQL": true, "ladder lateness p50": true, "outbox relay": true, "request/reply, 16 callers": true,
-		"ForEach in one run": true}
+		"ForEach in one run": true, "a step with a ConcurrencyKey": true}
 
 	t.Run("table", func(t *testing.T) {
 		t.Parallel()

@@ -197,36 +197,37 @@ func (r *stepRunner) release(ctx context.Context, s journal.Slot) error {
 	return nil
 }
 
-// sendParked sends the parked messages a limit store handed out, each
-// tried again a few times over some seconds (a connection the broker
-// closed comes back meanwhile) unless ctx ends; one still not sent is
-// handed out again by a worker's sweep (Granted).
+// sendParked sends the parked messages a limit store handed out (sendOne);
+// one still not sent is handed out again by a worker's sweep (Granted).
 func (e *Engine) sendParked(ctx context.Context, send [][]byte) {
-	sendCtx := context.WithoutCancel(ctx)
 	for _, b := range send {
-		var out broker.Outgoing
-		if err := out.UnmarshalBinary(b); err != nil {
-			e.log.Error("a parked message cannot be read; it stays parked", slog.Any("error", err))
-			continue
-		}
-		var err error
-	resend:
-		for _, wait := range parkedResends {
-			if err = e.conn.Send(sendCtx, out); err == nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				// Closing: the sweep of a worker still running sends it.
-				break resend
-			case <-time.After(wait):
-			}
-		}
-		if err != nil {
-			e.log.Warn("a waiter's message not sent; a worker's sweep sends it again",
-				slog.String("message_id", out.Message.MessageID), slog.String("queue", out.RoutingKey), slog.Any("error", err))
+		if err := e.sendOne(ctx, b); err != nil {
+			e.log.Warn("a waiter's message not sent; a worker's sweep sends it again", slog.Any("error", err))
 		}
 	}
+}
+
+// sendOne sends a parked message, tried again a few times over some
+// seconds (a connection the broker closed comes back meanwhile) unless
+// ctx ends.
+func (e *Engine) sendOne(ctx context.Context, b []byte) error {
+	var out broker.Outgoing
+	if err := out.UnmarshalBinary(b); err != nil {
+		return fmt.Errorf("a parked message cannot be read: %w", err)
+	}
+	sendCtx := context.WithoutCancel(ctx)
+	var err error
+	for _, wait := range parkedResends {
+		if err = e.conn.Send(sendCtx, out); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("send %s to %s: %w", out.Message.MessageID, out.RoutingKey, err)
+		case <-time.After(wait):
+		}
+	}
+	return fmt.Errorf("send %s to %s: %w", out.Message.MessageID, out.RoutingKey, err)
 }
 
 // parkedResends are the pauses after each failed send of a parked
@@ -234,16 +235,15 @@ func (e *Engine) sendParked(ctx context.Context, send [][]byte) {
 var parkedResends = []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, time.Second, 3 * time.Second, 0}
 
 // unpark sends a cancelled run's messages waiting for a place back to
-// their steps, which find the run cancelled and stop it there.
+// their steps, which find the run cancelled and stop it there; one that
+// cannot be sent stays parked (and the error says so).
 func (e *Engine) unpark(ctx context.Context, runID string) error {
 	if e.limits == nil {
 		return nil
 	}
-	send, err := e.limits.Unpark(ctx, runID)
-	if err != nil {
+	if err := e.limits.Unpark(ctx, runID, func(b []byte) error { return e.sendOne(ctx, b) }); err != nil {
 		return fmt.Errorf("take it out of the queues of limited steps: %w", err)
 	}
-	e.sendParked(ctx, send)
 	return nil
 }
 
@@ -265,11 +265,10 @@ func (w *Worker) sweepLimits(ctx context.Context) {
 // own entry of the attempt (on a branch, inBranch places it there).
 func (r *stepRunner) rateEvent(d *delivery, key string, at, now time.Time) journal.Event {
 	m := d.m
-	e := journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: r.spec.Name, Attempt: m.Attempt,
+	return journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStep, Step: r.spec.Name, Attempt: m.Attempt,
 		Outcome: rateOutcome(r.spec.Rate, key, at), StartedAt: now, EndedAt: now, DueAt: &at, Queue: r.queue,
 		Replays: d.replays, RunStep: r.spec.Name, Status: journal.Waiting,
 		Seq: journal.Seq(d.replays, d.pos+1, m.Attempt, 1), Key: fmt.Sprintf("rate/%d/%d/%d", d.replays, d.pos, m.Attempt)}
-	return e
 }
 
 // limitOutcome is what a run waiting for a place of key says.

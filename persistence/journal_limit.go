@@ -180,18 +180,33 @@ func (j *SQLJournal) Granted(ctx context.Context, age time.Duration) ([][]byte, 
 	return send, nil
 }
 
-// Unpark takes runID's waiters out of their queues and returns their
-// messages (journal.LimitStore).
-func (j *SQLJournal) Unpark(ctx context.Context, runID string) ([][]byte, error) {
-	rows, err := j.db.Query(ctx, j.limitSQL.unpark, runID)
+// Unpark sends runID's waiters without a place, and takes each one out
+// of its queue once it was sent (journal.LimitStore): a waiter handed a
+// place meanwhile stays, and comes with it.
+func (j *SQLJournal) Unpark(ctx context.Context, runID string, send func([]byte) error) error {
+	rows, err := j.db.Query(ctx, j.limitSQL.waiting, runID)
 	if err != nil {
-		return nil, fmt.Errorf("journal: unpark run %s: %w", runID, err)
+		return fmt.Errorf("journal: the waiters of run %s: %w", runID, err)
 	}
-	send, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	type waiter struct {
+		Flow, Step, Holder string
+		Parked             []byte
+	}
+	waiters, err := pgx.CollectRows(rows, pgx.RowToStructByPos[waiter])
 	if err != nil {
-		return nil, fmt.Errorf("journal: unpark run %s: %w", runID, err)
+		return fmt.Errorf("journal: the waiters of run %s: %w", runID, err)
 	}
-	return send, nil
+	var errs []error
+	for _, w := range waiters {
+		if err := send(w.Parked); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := j.db.Exec(ctx, j.limitSQL.unpark, w.Flow, w.Step, w.Holder); err != nil {
+			errs = append(errs, fmt.Errorf("journal: unpark %s: %w", w.Holder, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Reserve gives r.Holder its turn in Tables.Rates, keeping a turn to
@@ -211,7 +226,7 @@ func (j *SQLJournal) Reserve(ctx context.Context, r journal.Rate, now time.Time)
 
 // limitStatements are the LimitStore statements, rendered for its tables
 // once.
-type limitStatements struct{ acquire, release, lock, grant, again, free, idle, unpark, reserve string }
+type limitStatements struct{ acquire, release, lock, grant, again, free, idle, waiting, unpark, reserve string }
 
 func renderLimitStatements(t Tables) limitStatements {
 	return limitStatements{
@@ -284,8 +299,11 @@ func renderLimitStatements(t Tables) limitStatements {
 		idle: t.render(`
 			WITH l AS (DELETE FROM {{limits}} WHERE held = 0 AND waiting = 0)
 			DELETE FROM {{rates}} WHERE tat_us < $1`),
-		// $1 run.
-		unpark: t.render(`DELETE FROM {{limit_slots}} WHERE run_id = $1 AND state = 'w' RETURNING parked`),
+		// $1 run: its waiters without a place, and their messages.
+		waiting: t.render(`SELECT flow, step, holder, parked FROM {{limit_slots}} WHERE run_id = $1 AND state = 'w' ORDER BY seq`),
+		// $1 flow, $2 step, $3 holder: a waiter out of its queue, unless
+		// it was handed a place meanwhile.
+		unpark: t.render(`DELETE FROM {{limit_slots}} WHERE flow = $1 AND step = $2 AND holder = $3 AND state = 'w'`),
 		// $1 flow, $2 step, $3 holder, $4 key, $5 now, $6 interval: the
 		// holder's turn (both in microseconds). A turn kept for it is
 		// its turn, let go once it has come; otherwise the key's next

@@ -54,10 +54,11 @@ type LimitStore interface {
 	// free places (a release that did not finish) to waiters: the
 	// messages to send.
 	Granted(ctx context.Context, age time.Duration) (send [][]byte, err error)
-	// Unpark hands out the parked messages of runID's waiters without a
-	// place, to send now (the run was cancelled: it stops at the step
-	// before it takes a place).
-	Unpark(ctx context.Context, runID string) (send [][]byte, err error)
+	// Unpark hands the parked message of each of runID's waiters without
+	// a place to send (the run was cancelled: it stops at the step before
+	// it takes a place), and takes the waiter out of its queue once send
+	// returned nil: a message send could not send stays parked.
+	Unpark(ctx context.Context, runID string, send func([]byte) error) error
 	// Reserve gives r.Holder its turn under the key's rate: now, or the
 	// time it may start at, kept for it so that it asks again then and
 	// is let go. Turns are r.Interval apart.

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -149,26 +150,43 @@ func (m *Memory) Granted(_ context.Context, age time.Duration) ([][]byte, error)
 	return send, nil
 }
 
-// Unpark hands out runID's waiters without a place (see LimitStore).
-func (m *Memory) Unpark(_ context.Context, runID string) ([][]byte, error) {
+// Unpark sends runID's waiters without a place, and takes out of their
+// queue those sent (see LimitStore). The lock is not held while send
+// runs.
+func (m *Memory) Unpark(_ context.Context, runID string, send func([]byte) error) error {
+	type parked struct {
+		k      limitKey
+		holder string
+		msg    []byte
+	}
 	l := &m.limits
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.init()
-	var send [][]byte
+	var found []parked
 	for k, ml := range l.keys {
-		ml.waiters = slices.DeleteFunc(ml.waiters, func(w *memWaiter) bool {
+		for _, w := range ml.waiters {
 			if w.runID == runID && w.granted.IsZero() {
-				send = append(send, slices.Clone(w.parked))
-				return true
+				found = append(found, parked{k, w.holder, slices.Clone(w.parked)})
 			}
-			return false
-		})
-		if len(ml.held) == 0 && len(ml.waiters) == 0 {
-			delete(l.keys, k)
 		}
 	}
-	return send, nil
+	l.mu.Unlock()
+	var errs []error
+	for _, p := range found {
+		if err := send(p.msg); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		l.mu.Lock()
+		if ml := l.keys[p.k]; ml != nil {
+			ml.waiters = slices.DeleteFunc(ml.waiters, func(w *memWaiter) bool { return w.holder == p.holder && w.granted.IsZero() })
+			if len(ml.held) == 0 && len(ml.waiters) == 0 {
+				delete(l.keys, p.k)
+			}
+		}
+		l.mu.Unlock()
+	}
+	return errors.Join(errs...)
 }
 
 // Reserve gives r.Holder its turn (see LimitStore).

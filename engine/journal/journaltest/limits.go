@@ -2,6 +2,7 @@ package journaltest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -159,20 +160,34 @@ func handedOutAgain(t *testing.T, s journal.LimitStore) {
 
 func unpark(t *testing.T, s journal.LimitStore) {
 	ctx := context.Background()
+	unparked := func(runID string, fail bool) []string {
+		t.Helper()
+		var sent []string
+		err := s.Unpark(ctx, runID, func(b []byte) error {
+			if fail {
+				return errors.New("the broker is away")
+			}
+			sent = append(sent, string(b))
+			return nil
+		})
+		if fail {
+			require.Error(t, err)
+		} else {
+			require.NoError(t, err)
+		}
+		return sent
+	}
 	require.True(t, acquire(t, s, slot("k", "a", 1)))
 	require.False(t, acquire(t, s, slot("k", "b", 1)))
 	require.False(t, acquire(t, s, slot("k", "c", 1)))
-	out, err := s.Unpark(ctx, "run-b")
-	require.NoError(t, err)
-	require.Equal(t, []string{"msg b"}, texts(out), "the cancelled run's waiter is handed out")
-	none, err := s.Unpark(ctx, "run-b")
-	require.NoError(t, err)
-	require.Empty(t, none, "once")
-	require.Equal(t, []string{"msg c"}, release(t, s, slot("k", "a", 1)), "b waits no more: a's place goes to c")
-	held, err := s.Unpark(ctx, "run-c")
-	require.NoError(t, err)
-	require.Empty(t, held, "c has its place: it is not a waiter to unpark")
-	require.Empty(t, release(t, s, slot("k", "c", 1)))
+	require.False(t, acquire(t, s, slot("k", "d", 1)))
+	unparked("run-c", true)
+	require.Equal(t, []string{"msg b"}, unparked("run-b", false), "the cancelled run's waiter is sent")
+	require.Empty(t, unparked("run-b", false), "once")
+	require.Equal(t, []string{"msg c"}, release(t, s, slot("k", "a", 1)), "b waits no more, and c, whose send failed, still does: a's place goes to c")
+	require.Empty(t, unparked("run-c", false), "c has its place: it is not a waiter to unpark")
+	require.Equal(t, []string{"msg d"}, release(t, s, slot("k", "c", 1)))
+	require.Empty(t, release(t, s, slot("k", "d", 1)))
 }
 
 func rateTurns(t *testing.T, s journal.LimitStore) {

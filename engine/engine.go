@@ -113,6 +113,9 @@ type Engine struct {
 	// limits is the journal as a keeper of steps' limits, nil when it is
 	// not one: a flow with a ConcurrencyKey or a RateLimit needs one.
 	limits journal.LimitStore
+	// places takes a limited step's place and claims its work at once,
+	// when the store and the journal can (nil otherwise).
+	places placeClaimer
 	// cancels are the runs known cancelled, and the steps in flight a
 	// cancellation stops.
 	cancels cancels
@@ -209,8 +212,12 @@ func New(cfg Config) (*Engine, error) {
 	data, _ := cfg.Journal.(journal.DataStore)
 	joins, _ := cfg.Journal.(journal.JoinStore)
 	limits, _ := cfg.Journal.(journal.LimitStore)
+	places, _ := cfg.Store.(placeClaimer)
+	if places != nil && (limits == nil || !places.ClaimsPlaces(limits)) {
+		places = nil
+	}
 	return &Engine{
-		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, data: data, joins: joins, limits: limits, writer: w, store: cfg.Store, once: once,
+		cfg: cfg, conn: cfg.Conn, log: cfg.Logger, journal: cfg.Journal, data: data, joins: joins, limits: limits, places: places, writer: w, store: cfg.Store, once: once,
 		metrics: m, tracer: cfg.TracerProvider.Tracer(instrumentation), flows: map[string]*flow{},
 	}, nil
 }

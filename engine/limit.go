@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/patterns"
 )
 
 // grantAge is how long a waiter handed a place may take to come back
@@ -115,7 +117,7 @@ func (r *stepRunner) limitedUnit(ctx context.Context, a *stepAttempt) broker.Ack
 			return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: keep the waiting message: %w", r.f.name, r.spec.Name, err)))
 		}
 		a.limitKey, a.asked = key, true
-		granted, err := r.e.limits.Acquire(ctx, r.slot(d, key), parked)
+		granted, err := r.acquire(ctx, a, r.slot(d, key), parked)
 		if err != nil {
 			return broker.Retry(fmt.Errorf("flow %q step %q: its concurrency limit: %w", r.f.name, r.spec.Name, err))
 		}
@@ -127,13 +129,46 @@ func (r *stepRunner) limitedUnit(ctx context.Context, a *stepAttempt) broker.Ack
 	return r.runUnit(ctx, a, d.stepKey(r.spec.Name))
 }
 
+// placeClaimer is an idempotency store that takes a limited step's place
+// and claims the step's work in one round trip, and confirms the work
+// giving the place back in another (persistence.SQLIdempotencyStore, over
+// a journal on its database).
+type placeClaimer interface {
+	ClaimsPlaces(journal.LimitStore) bool
+	ClaimPlace(ctx context.Context, limits journal.LimitStore, s journal.Slot, parked []byte, key string) (bool, patterns.Claim, error)
+	ConfirmReleasing(ctx context.Context, key string, limits journal.LimitStore, s journal.Slot) ([][]byte, error)
+}
+
+// acquire takes s's place for a, or parks it with parked: with the claim
+// of the step's work when the store takes both at once (a.claimed), which
+// saves the claim its own round trip and commit.
+func (r *stepRunner) acquire(ctx context.Context, a *stepAttempt, s journal.Slot, parked []byte) (bool, error) {
+	if r.e.places == nil {
+		return r.e.limits.Acquire(ctx, s, parked)
+	}
+	// As the unit's own claim would be: not cut short by the worker
+	// stopping, which could leave a claim made that nobody knows of for
+	// a lease. The holder is the step's key, which the unit claims.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patterns.DefaultStoreTimeout)
+	defer cancel()
+	granted, c, err := r.e.places.ClaimPlace(cctx, r.e.limits, s, parked, s.Holder)
+	if err != nil && granted {
+		// The place is taken; the claim is the step's unit's to make.
+		return true, nil
+	}
+	a.claimed = c
+	return granted, err
+}
+
 // releasing is the BeforeSettle function next of a limited step's
-// consumer with the delivery's place given back (release) while next
-// records the delivery: off the handler's slot, which goes on with the
-// next delivery, and before the broker hears of the delivery, so that a
-// worker killed between the two leaves a redelivery that gives the place
-// back. A place that cannot be given back puts the message back instead,
-// whose redelivery (the step done, its hop sent again) gives it back.
+// consumer with the delivery's place given back: by next's confirm of the
+// step's key, in its statement, when the store can (placeClaimer);
+// otherwise apart (release), while next records the delivery. Either way
+// off the handler's slot, which goes on with the next delivery, and before
+// the broker hears of the delivery, so that a worker killed between the
+// two leaves a redelivery that gives the place back. A place that cannot
+// be given back puts the message back instead, whose redelivery (the step
+// done, its hop sent again) gives it back.
 func (r *stepRunner) releasing(next func(context.Context, *broker.Message, broker.Ack) broker.Ack) func(context.Context, *broker.Message, broker.Ack) broker.Ack {
 	if r.spec.Limit == nil {
 		return next
@@ -147,16 +182,49 @@ func (r *stepRunner) releasing(next func(context.Context, *broker.Message, broke
 		if !held {
 			return next(ctx, m, ack)
 		}
+		if r.e.places != nil && a.confirm == s.Holder {
+			// The confirm gives it back, in its own statement.
+			a.release, a.released = &s, errNotReleased
+			out := next(ctx, m, ack)
+			if a.released != nil {
+				return r.notReleased(m, a, a.released)
+			}
+			return out
+		}
 		released := make(chan error, 1)
 		go func() { released <- r.release(ctx, s) }()
 		out := next(ctx, m, ack)
 		if err := <-released; err != nil {
-			r.e.log.Warn("a limited step's place not given back; its message is put back, and its redelivery gives it back",
-				slog.String("flow", r.f.name), slog.String("step", r.spec.Name), slog.String("run_id", m.RunID), slog.Any("error", err))
-			return broker.InProgress(r.e.cfg.InProgressDelay).With(a)
+			return r.notReleased(m, a, err)
 		}
 		return out
 	}
+}
+
+// errNotReleased is what a place the confirm was to give back comes to
+// when the delivery's events could not be recorded first.
+var errNotReleased = errors.New("the delivery's events were not recorded")
+
+// notReleased puts back the message m of a delivery a whose place was not
+// given back (err says why): its redelivery gives it back.
+func (r *stepRunner) notReleased(m *broker.Message, a *stepAttempt, err error) broker.Ack {
+	r.e.log.Warn("a limited step's place not given back; its message is put back, and its redelivery gives it back",
+		slog.String("flow", r.f.name), slog.String("step", r.spec.Name), slog.String("run_id", m.RunID), slog.Any("error", err))
+	return broker.InProgress(r.e.cfg.InProgressDelay).With(a)
+}
+
+// confirmReleasing confirms key and gives back s's place in one statement
+// (placeClaimer), then sends the waiters let in; when the statement
+// fails, neither happened, and the error says why.
+func (e *Engine) confirmReleasing(ctx context.Context, key string, s journal.Slot) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patterns.DefaultStoreTimeout)
+	defer cancel()
+	send, err := e.places.ConfirmReleasing(sctx, key, e.limits, s)
+	if err != nil {
+		return err
+	}
+	e.sendParked(ctx, send)
+	return nil
 }
 
 // held is the place a delivery of a limited step may hold, once it is

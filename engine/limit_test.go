@@ -16,6 +16,7 @@ import (
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/brokertest"
+	"github.com/acemq/acemq-flow/patterns"
 )
 
 // inStep counts, per key, the runs in a step at once and the most there
@@ -130,6 +131,88 @@ func TestConcurrencyKeyHoldsOthersOfItsKeyOnly(t *testing.T) {
 		left, err := fx.journal.Granted(ctx, 0)
 		require.NoError(t, err)
 		require.Empty(t, left, "no place left handed out")
+	})
+}
+
+// placeStore is an idempotency store that takes a limited step's place
+// with its claim and gives it back with its confirm, as the PostgreSQL
+// store does over a journal on its database, counting what it is asked.
+type placeStore struct {
+	*patterns.InMemoryIdempotencyStore
+	limits journal.LimitStore
+
+	mu        sync.Mutex
+	claimed   map[string]bool // keys claimed through Claim
+	placed    map[string]bool // keys claimed with a place
+	confirmed int             // confirms that gave a place back
+}
+
+func (p *placeStore) Claim(ctx context.Context, key string) (patterns.Claim, error) {
+	p.mu.Lock()
+	p.claimed[key] = true
+	p.mu.Unlock()
+	return p.InMemoryIdempotencyStore.Claim(ctx, key)
+}
+
+func (p *placeStore) ClaimsPlaces(l journal.LimitStore) bool { return l == p.limits }
+
+func (p *placeStore) ClaimPlace(ctx context.Context, l journal.LimitStore, s journal.Slot, parked []byte, key string) (bool, patterns.Claim, error) {
+	granted, err := l.Acquire(ctx, s, parked)
+	if err != nil || !granted {
+		return false, 0, err
+	}
+	p.mu.Lock()
+	p.placed[key] = true
+	p.mu.Unlock()
+	c, err := p.InMemoryIdempotencyStore.Claim(ctx, key)
+	return true, c, err
+}
+
+func (p *placeStore) ConfirmReleasing(ctx context.Context, key string, l journal.LimitStore, s journal.Slot) ([][]byte, error) {
+	if err := p.InMemoryIdempotencyStore.Confirm(ctx, key); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.confirmed++
+	p.mu.Unlock()
+	return l.Release(ctx, s)
+}
+
+// TestConcurrencyKeyClaimsWithItsPlace: on a store that can, a limited
+// step's work is claimed with its place and confirmed giving it back
+// (one round trip each on PostgreSQL), never claimed apart; the limit
+// holds and every waiter gets in.
+func TestConcurrencyKeyClaimsWithItsPlace(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		const runs = 8
+		j, err := journal.NewMemory(0)
+		require.NoError(t, err)
+		mem, err := patterns.NewInMemoryIdempotencyStore(time.Minute)
+		require.NoError(t, err)
+		store := &placeStore{InMemoryIdempotencyStore: mem, limits: j, claimed: map[string]bool{}, placed: map[string]bool{}}
+		fx := newFixture(t, h, engine.Config{Journal: j, Store: store})
+		fx.journal = j
+		ef, in := newEffects(), newInStep()
+		fx.register(keyedFlow(fx.name, 1, ef, in, nil, 20*time.Millisecond))
+		fx.work()
+		var ids []string
+		for i := range runs {
+			ids = append(ids, fx.start(Order{ID: fmt.Sprint("k", i%2), Amount: i}))
+		}
+		for _, run := range ids {
+			fx.waitStatus(run, journal.Completed, 20*time.Second)
+			require.Equal(t, 1, ef.get(run, "export"), "run %s", run)
+		}
+		require.LessOrEqual(t, in.mostOf("k0"), 1)
+		require.LessOrEqual(t, in.mostOf("k1"), 1)
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		require.Len(t, store.placed, runs, "each run's export claimed with its place")
+		for key := range store.placed {
+			require.False(t, store.claimed[key], "export's key %s claimed apart too", key)
+		}
+		require.Equal(t, runs, store.confirmed, "each run's export confirmed giving its place back")
+		require.Len(t, store.claimed, runs, "reserve, not limited, claimed as before")
 	})
 }
 

@@ -98,6 +98,9 @@ type stepAttempt struct {
 	// under; asked says it asked for a place under it.
 	limitKey string
 	asked    bool
+	// claimed is the claim of the step's work made with its place
+	// (placeClaimer), 0 when the step's unit claims it.
+	claimed patterns.Claim
 }
 
 // recording is what a step's or a compensation's handler leaves for
@@ -117,6 +120,11 @@ type recording struct {
 	delay  time.Duration
 	// confirm is the key to confirm once the events are recorded.
 	confirm string
+	// release is the place of a limited step that the confirm gives back
+	// (placeClaimer), nil when there is none or it is given back apart;
+	// released is what giving it back came to.
+	release  *journal.Slot
+	released error
 }
 
 // settlement is the settlement the handler expects the consumer of queue
@@ -207,7 +215,10 @@ func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, f
 			}
 		}
 	}
-	if p.confirm != "" {
+	switch {
+	case p.release != nil:
+		p.released = e.confirmReleasing(ctx, p.confirm, *p.release)
+	case p.confirm != "":
 		e.once.Confirm(ctx, p.confirm)
 	}
 	return ack
@@ -324,7 +335,7 @@ func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) br
 	d := &a.d
 	var w worked
 	done := patterns.Run(ctx, r.e.once, patterns.Unit[kept]{
-		Key: key, InTx: r.spec.Transactional,
+		Key: key, InTx: r.spec.Transactional, Claimed: a.claimed,
 		Do: func(ctx context.Context) (kept, error) {
 			ids := []string{d.m.RunID}
 			if d.parent != nil {

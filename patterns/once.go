@@ -100,6 +100,10 @@ type Unit[R any] struct {
 	// what it writes through the transaction commits with the key's
 	// completion, or not at all.
 	InTx bool
+	// Claimed, when not 0, is the store's answer to a claim of Key the
+	// caller made itself (together with work of its own, in one round
+	// trip): Run does not claim Key again, and goes on from that answer.
+	Claimed Claim
 	// Do does the work and returns what follows it. An error means the work
 	// did not happen (or was rolled back, InTx): the key is let go, and the
 	// caller decides between a retry and giving up.
@@ -157,10 +161,13 @@ func Run[R any](ctx context.Context, o *Once, u Unit[R]) Done[R] {
 		d.Err = fmt.Errorf("%w: unit %q runs in a transaction, and the store (%T) cannot run one", ErrStore, u.Key, o.store)
 		return d
 	}
-	claim, err := o.claim(ctx, u.Key)
-	if err != nil {
-		d.Err = err
-		return d
+	claim := u.Claimed
+	if claim == 0 {
+		var err error
+		if claim, err = o.claim(ctx, u.Key); err != nil {
+			d.Err = err
+			return d
+		}
 	}
 	d.Claim = claim
 	switch claim {

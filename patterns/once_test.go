@@ -111,3 +111,44 @@ func (f firstTimeOnly) FirstTime(ctx context.Context, key string) (bool, error) 
 }
 
 func (f firstTimeOnly) Forget(ctx context.Context, key string) error { return f.s.Forget(ctx, key) }
+
+// TestOnceGoesOnFromAClaimMade: a unit whose caller claimed its key
+// (Unit.Claimed) is not claimed again: claimed, its work is done;
+// a duplicate, what was kept is carried out; in progress, nothing runs.
+func TestOnceGoesOnFromAClaimMade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := patterns.NewInMemoryIdempotencyStore(time.Minute)
+	require.NoError(t, err)
+	o, err := patterns.NewOnce(store, patterns.OnceConfig{})
+	require.NoError(t, err)
+	c, err := store.Claim(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, patterns.ClaimClaimed, c)
+	var works, carried int
+	unit := func(claimed patterns.Claim) patterns.Unit[string] {
+		return patterns.Unit[string]{
+			Key: "k", Claimed: claimed,
+			Do:       func(context.Context) (string, error) { works++; return "x", nil },
+			Encode:   func(s string) ([]byte, error) { return []byte(s), nil },
+			Decode:   func(b []byte) (string, error) { return string(b), nil },
+			CarryOut: func(context.Context, string) error { carried++; return nil },
+		}
+	}
+	d := patterns.Run(ctx, o, unit(patterns.ClaimInProgress))
+	require.Equal(t, patterns.ClaimInProgress, d.Claim)
+	require.Zero(t, works+carried, "somebody else holds it: nothing runs")
+
+	d = patterns.Run(ctx, o, unit(patterns.ClaimClaimed))
+	require.NoError(t, d.Err)
+	require.Equal(t, patterns.ClaimClaimed, d.Claim)
+	require.True(t, d.Kept)
+	require.Equal(t, 1, works, "the store, asked, would have said in progress: it was not asked")
+
+	d = patterns.Run(ctx, o, unit(patterns.ClaimDuplicate))
+	require.NoError(t, d.Err)
+	require.True(t, d.Resent, "what was kept is carried out again")
+	require.Equal(t, "x", d.Result)
+	require.Equal(t, 1, works)
+	require.Equal(t, 2, carried)
+}

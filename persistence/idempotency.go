@@ -83,6 +83,8 @@ type SQLIdempotencyStore struct {
 	// takes it back.
 	mu  sync.Mutex
 	own map[string]*idemOwn
+	// places are the ClaimPlace statements rendered so far.
+	places placeClaims
 }
 
 // idemOwn is what one SQLIdempotencyStore has to do with one key.
@@ -129,18 +131,39 @@ func NewSQLIdempotencyStore(db DB, cfg SQLIdempotencyStoreConfig) (*SQLIdempoten
 // confirmed key and ClaimInProgress for a live claim. The insert decides,
 // atomically: of N callers claiming one key at once exactly one is told
 // ClaimClaimed, whether they share this instance or not.
-func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (c patterns.Claim, err error) {
+func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.Claim, error) {
 	s.claiming(key)
+	won, err := s.insertClaim(ctx, key)
+	return s.claimFrom(ctx, key, won, err)
+}
+
+// insertClaim is a claim's insert: whether it took key.
+func (s *SQLIdempotencyStore) insertClaim(ctx context.Context, key string) (bool, error) {
+	rows, err := s.db.Query(ctx, s.sql.claim, []byte(key), s.holder, s.lease.Seconds())
+	if err != nil {
+		return false, fmt.Errorf("idempotency %s: claim: %w", s.t.Idempotency, err)
+	}
+	won := rows.Next()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("idempotency %s: claim: %w", s.t.Idempotency, err)
+	}
+	return won, nil
+}
+
+// claimFrom finishes a Claim of key (begun with claiming) whose first
+// insert answered won, or failed with first: a key it did not take is
+// looked up, and taken again when it was forgotten or expired meanwhile.
+func (s *SQLIdempotencyStore) claimFrom(ctx context.Context, key string, won bool, first error) (c patterns.Claim, err error) {
 	defer func() { s.claimed(key, err == nil && c == patterns.ClaimClaimed) }()
-	for range idemClaimTries {
-		rows, err := s.db.Query(ctx, s.sql.claim, []byte(key), s.holder, s.lease.Seconds())
-		if err != nil {
-			return 0, fmt.Errorf("idempotency %s: claim: %w", s.t.Idempotency, err)
-		}
-		won := rows.Next()
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return 0, fmt.Errorf("idempotency %s: claim: %w", s.t.Idempotency, err)
+	if first != nil {
+		return 0, first
+	}
+	for try := range idemClaimTries {
+		if try > 0 {
+			if won, err = s.insertClaim(ctx, key); err != nil {
+				return 0, err
+			}
 		}
 		if won {
 			return patterns.ClaimClaimed, nil

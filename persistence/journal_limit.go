@@ -226,17 +226,21 @@ func (j *SQLJournal) Reserve(ctx context.Context, r journal.Rate, now time.Time)
 
 // limitStatements are the LimitStore statements, rendered for its tables
 // once.
-type limitStatements struct{ acquire, release, lock, grant, again, free, idle, waiting, unpark, reserve string }
+type limitStatements struct {
+	acquire, release, lock, grant, again, free, idle, waiting, unpark, reserve string
+	// acquireWith and releaseWith are the common table expressions of
+	// acquire and release, for a statement that goes on from them
+	// (SQLIdempotencyStore's ClaimPlace and ConfirmReleasing).
+	acquireWith, releaseWith string
+}
 
-func renderLimitStatements(t Tables) limitStatements {
-	return limitStatements{
-		// $1 flow, $2 step, $3 holder, $4 key, $5 limit, $6 run, $7 the
-		// parked message: whether the holder has a place. A holder with
-		// one (or handed one) keeps it; otherwise the key's row, locked by
-		// the upsert, says whether a place is free (took), and the holder
-		// holds it or waits (a waiter that comes again keeps its turn,
-		// and takes a place once one is free).
-		acquire: t.render(`
+// acquireCTEs take a place, or park a waiter: $1 flow, $2 step, $3
+// holder, $4 key, $5 limit, $6 run, $7 the parked message. A holder with
+// one (or handed one) keeps it (mine); otherwise the key's row, locked by
+// the upsert, says whether a place is free (k's took), and the holder holds
+// it or waits (a waiter that comes again keeps its turn, and takes a place
+// once one is free). It was given one when mine or k's took says so.
+const acquireCTEs = `
 			WITH mine AS (
 				UPDATE {{limit_slots}} SET state = 'h', parked = NULL, granted_at = NULL
 				WHERE flow = $1 AND step = $2 AND holder = $3 AND state IN ('g', 'h')
@@ -256,19 +260,31 @@ func renderLimitStatements(t Tables) limitStatements {
 				FROM k
 				ON CONFLICT (flow, step, holder) DO UPDATE SET state = 'h', parked = NULL
 				WHERE excluded.state = 'h'
-			)
-			SELECT EXISTS (SELECT 1 FROM mine) OR COALESCE((SELECT took FROM k), false)`),
-		// $1 flow, $2 step, $3 holder: the key and its waiters when the
-		// holder had a place (no row otherwise).
-		release: t.render(`
+			)`
+
+// releaseCTEs give a place back: $1 flow, $2 step, $3 holder. freed is
+// the key's row with its waiters when the holder had the place (gone).
+const releaseCTEs = `
 			WITH gone AS (
 				DELETE FROM {{limit_slots}}
 				WHERE flow = $1 AND step = $2 AND holder = $3 AND state IN ('g', 'h')
 				RETURNING key
-			)
-			UPDATE {{limits}} l SET held = greatest(l.held - 1, 0)
-			FROM gone WHERE l.flow = $1 AND l.step = $2 AND l.key = gone.key
-			RETURNING l.key, l.waiting`),
+			), freed AS (
+				UPDATE {{limits}} l SET held = greatest(l.held - 1, 0)
+				WHERE l.flow = $1 AND l.step = $2 AND l.key = (SELECT key FROM gone)
+				RETURNING l.key, l.waiting
+			)`
+
+func renderLimitStatements(t Tables) limitStatements {
+	return limitStatements{
+		// acquireCTEs' $1 to $7: whether the holder has a place.
+		acquire: t.render(acquireCTEs + `
+			SELECT EXISTS (SELECT 1 FROM mine) OR COALESCE((SELECT took FROM k), false)`),
+		acquireWith: t.render(acquireCTEs),
+		// releaseCTEs' $1 to $3: the key and its waiters when the holder
+		// had a place (no row otherwise).
+		release:     t.render(releaseCTEs + ` SELECT key, waiting FROM freed`),
+		releaseWith: t.render(releaseCTEs),
 		// $1 flow, $2 step, $3 key: its places taken and its limit, locked.
 		lock: t.render(`SELECT held, lim FROM {{limits}} WHERE flow = $1 AND step = $2 AND key = $3 FOR UPDATE`),
 		// $1 flow, $2 step, $3 key, $4 free places: the messages of the

@@ -55,6 +55,14 @@ func (m Measurement) Percentile(p float64) time.Duration {
 	return m.Latencies[min(len(m.Latencies)-1, int(p*float64(len(m.Latencies))))]
 }
 
+// and is m and o measured as one: their operations, messages, times and
+// latencies added up.
+func (m Measurement) and(o Measurement) Measurement {
+	lat := append(append([]time.Duration(nil), m.Latencies...), o.Latencies...)
+	slices.Sort(lat)
+	return Measurement{Ops: m.Ops + o.Ops, Messages: m.Messages + o.Messages, Elapsed: m.Elapsed + o.Elapsed, CPU: m.CPU + o.CPU, Latencies: lat}
+}
+
 // Millis is d in milliseconds.
 func Millis(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 

@@ -30,7 +30,7 @@ var scenarios = map[string]scenario{
 	"outbox":  {Outbox, func(Config) int { return 2 }},
 	"request": {Request, func(c Config) int { return 1 + boolInt(c.rabbit()) }},
 	"fanout":  {Fanout, func(Config) int { return 2 }},
-	"limits":  {Limits, func(Config) int { return 2 }},
+	"limits":  {Limits, func(Config) int { return 4 }},
 }
 
 func boolInt(b bool) int {

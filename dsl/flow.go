@@ -14,7 +14,7 @@ import (
 
 // Part is what a flow is built from: steps (Step, External), delays
 // (Delay, DelayUntil), cron triggers (Cron) and the flow's own settings
-// (Example, HoldForReplay, Itinerary, WithCodec).
+// (Example, HoldForReplay, Itinerary, WithCodec, Renamed).
 type Part interface{ part() }
 
 // stepPart is a step of any payload types.
@@ -40,6 +40,7 @@ type FlowDef struct {
 	codec         Codec
 	crons         []CronSpec
 	cronIn        []reflect.Type
+	migrations    []Migration
 	err           error
 }
 
@@ -106,6 +107,11 @@ func (f *FlowDef) build(parts []Part) error {
 				return f.fail("", "delay after %s: %w", f.lastStep(), p.err)
 			}
 			delay, delayStep = p, len(f.steps)
+		case *migrationPart:
+			if p.err != nil {
+				return f.fail("", "%w", p.err)
+			}
+			f.migrations = append(f.migrations, p.m)
 		case *settingPart:
 			if p.err != nil {
 				return f.fail("", "%w", p.err)
@@ -223,7 +229,7 @@ func (f *FlowDef) check() error {
 			return f.fail("", "cron %q gives a %s, but the flow takes %s", c.Spec, f.cronIn[i], in)
 		}
 	}
-	return nil
+	return f.checkMigrations()
 }
 
 // all is every step of the flow: its own, and those of its forks'

@@ -163,6 +163,16 @@ func TestBuildErrors(t *testing.T) {
 		{"RateLimitBy with no key", dsl.Flow("f", dsl.Step("a", pass).RateLimitBy("", 1, time.Second)), `flow "f": step "a": RateLimitBy with no key expression`},
 		{"RateLimitBy on a bad field", dsl.Flow("f", dsl.Step("a", pass).RateLimitBy(`payload.partner`, 1, time.Second)),
 			`flow "f": step "a": RateLimitBy "payload.partner": type dsl_test.Order has no field partner`},
+		{"Renamed from a step it has", dsl.Flow("f", dsl.Step("a", pass), dsl.Step("b", pass), dsl.Renamed("a", "b")),
+			`flow "f": step "a": Renamed("a", "b"): the flow still has a step "a"`},
+		{"Renamed to a step it lacks", dsl.Flow("f", dsl.Step("a", pass), dsl.Renamed("old", "nope")),
+			`flow "f": step "nope": Renamed("old", "nope"): the flow has no step "nope"`},
+		{"Renamed twice", dsl.Flow("f", dsl.Step("a", pass), dsl.Step("b", pass), dsl.Renamed("old", "a"), dsl.Renamed("old", "b")),
+			`flow "f": step "old": Renamed("old", ...) twice`},
+		{"Renamed from a bad name", dsl.Flow("f", dsl.Step("a", pass), dsl.Renamed("o.ld", "a")),
+			`flow "f": Renamed("o.ld", "a"): "o.ld" is not a step name`},
+		{"Renamed from compensate", dsl.Flow("f", dsl.Step("a", pass), dsl.Renamed("compensate", "a")),
+			`flow "f": step "compensate": Renamed("compensate", "a"): "compensate" is reserved`},
 	}
 	for _, c := range cases {
 		err := c.flow.Err()

@@ -168,6 +168,7 @@ func newCompRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *c
 // before the broker hears of it (written).
 func (c *compRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	a := &compAttempt{d: readCompensation(m), result: compMalformed, recording: recording{start: c.e.now()}}
+	c.f.migrate(&a.d)
 	return noted(c.decide(ctx, a), a)
 }
 

@@ -32,6 +32,10 @@ type flow struct {
 	// forks says the flow has a Parallel or a ForEach; its steps then
 	// hold, after the flow's own, the steps of every branch.
 	forks bool
+	// version is the fingerprint of what the flow compiles to.
+	version string
+	// renamed are the steps the flow says were renamed (dsl.Renamed).
+	renamed renames
 
 	declareMu sync.Mutex
 	declared  bool
@@ -42,7 +46,7 @@ func compile(def *dsl.FlowDef, cfg Config) (*flow, error) {
 	if err := def.Err(); err != nil {
 		return nil, err
 	}
-	f := &flow{def: def, name: def.Name(), steps: def.Steps(), index: map[string]int{}, codec: def.Codec(), hold: def.HoldForReplay()}
+	f := &flow{def: def, name: def.Name(), steps: def.Steps(), index: map[string]int{}, codec: def.Codec(), hold: def.HoldForReplay(), version: version(def), renamed: renamesOf(def)}
 	for _, s := range def.Steps() {
 		if s.Fork != nil {
 			f.forks = true
@@ -81,6 +85,7 @@ func compile(def *dsl.FlowDef, cfg Config) (*flow, error) {
 		}
 	}
 	f.bind(f.compensateNowQueue(), compensateKey)
+	f.bindRenamed()
 	return f, nil
 }
 
@@ -137,6 +142,11 @@ type FlowInfo struct {
 	// chosen per run).
 	Form     string `json:"form"`
 	Exchange string `json:"exchange"`
+	// Version is the fingerprint of what the flow compiles to: its steps
+	// in their order, branches, joins, waits, delays, compensations,
+	// conditions and payload types (not retries, timeouts, concurrency or
+	// limits). Two builds of a flow with one Version route runs alike.
+	Version string `json:"version"`
 	// Input is the Go type a run starts with.
 	Input string     `json:"input"`
 	Steps []StepInfo `json:"steps"`
@@ -181,6 +191,9 @@ type StepInfo struct {
 	Child string `json:"child,omitempty"`
 	// Wait describes a WaitFor step (nil for any other).
 	Wait *WaitInfo `json:"wait,omitempty"`
+	// RenamedFrom are the names the step had in earlier versions
+	// (dsl.Renamed), whose queues its workers consume too.
+	RenamedFrom []string `json:"renamed_from,omitempty"`
 	// OnFork and OnBranch name the fork a step is on a branch of, and
 	// which branch ("" and 0 on the flow's own route).
 	OnFork   string `json:"on_fork,omitempty"`
@@ -225,7 +238,7 @@ func (e *Engine) Flow(name string) (FlowInfo, error) {
 }
 
 func (f *flow) info(cfg Config) FlowInfo {
-	fi := FlowInfo{Name: f.name, Form: "pipeline", Exchange: f.name, Input: fmt.Sprint(f.def.Input()), CompensateQueue: f.compensateNowQueue()}
+	fi := FlowInfo{Name: f.name, Form: "pipeline", Exchange: f.name, Version: f.version, Input: fmt.Sprint(f.def.Input()), CompensateQueue: f.compensateNowQueue()}
 	if f.def.HasItinerary() {
 		fi.Form = "routing slip"
 	}
@@ -266,6 +279,11 @@ func (f *flow) info(cfg Config) FlowInfo {
 		}
 		if on, ok := onFork[s.Name]; ok {
 			si.OnFork, si.OnBranch = on.fork, on.branch
+		}
+		for _, m := range f.def.Migrations() {
+			if m.New == s.Name {
+				si.RenamedFrom = append(si.RenamedFrom, m.Old)
+			}
 		}
 		if !s.External {
 			si.Retry = f.retry[i].String()

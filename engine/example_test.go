@@ -277,3 +277,92 @@ func awaitRun(ctx context.Context, eng *engine.Engine, runID string, want journa
 		}
 	}
 }
+
+// Before a deploy: version 1 of a flow left a run at its first step, which
+// version 2 renamed. Check, from version 2, says the run would be
+// stranded, as StartWorker would refuse; version 2 saying dsl.Renamed
+// takes it on instead.
+func ExampleEngine_Check() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := broker.Open(ctx, "memory://")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close(ctx)
+	j, err := journal.NewMemory(0) // the workers' shared journal (enginepg: PostgreSQL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pass := func(_ context.Context, order string) (string, error) { return order, nil }
+	// deploy is a worker's engine with version parts of the flow.
+	deploy := func(parts ...dsl.Part) (*engine.Engine, error) {
+		eng, err := engine.New(engine.Config{Conn: conn, Journal: j})
+		if err != nil {
+			return nil, err
+		}
+		return eng, eng.Register(dsl.Flow("orders", parts...))
+	}
+
+	v1, err := deploy(dsl.Step("validate", pass), dsl.Step("ship", pass))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer v1.Close(ctx)
+	w, err := v1.StartWorker(ctx) // records version 1 and its steps
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := w.Close(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := v1.Start(ctx, "orders", "order-1"); err != nil { // waits at validate: no worker
+		fmt.Println(err)
+		return
+	}
+	if err := v1.Flush(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	v2, err := deploy(dsl.Step("check", pass), dsl.Step("ship", pass))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer v2.Close(ctx)
+	c, err := v2.Check(ctx, "orders")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("strands:", c.Strands(), "added:", c.Added, "removed:", c.Removed)
+	for _, s := range c.Strays {
+		fmt.Printf("%s: %d run, %d message, %s\n", s.Step, s.Runs, s.Messages, s.Fate)
+	}
+	_, err = v2.StartWorker(ctx)
+	fmt.Println("v2 worker refused:", errors.Is(err, engine.ErrWouldStrand))
+
+	v2r, err := deploy(dsl.Step("check", pass), dsl.Step("ship", pass), dsl.Renamed("validate", "check"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer v2r.Close(ctx)
+	c, err = v2r.Check(ctx, "orders")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("with Renamed, strands:", c.Strands(), "validate:", c.Strays[0].Fate)
+	// Output:
+	// strands: true added: [check] removed: [validate]
+	// validate: 1 run, 1 message, stranded
+	// v2 worker refused: true
+	// with Renamed, strands: false validate: goes on at check
+}

@@ -179,6 +179,7 @@ func newStepRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *s
 // what it found out travels with its Ack (Ack.With).
 func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	a := &stepAttempt{d: readStep(m), result: resultFailed, recording: recording{start: r.e.now()}}
+	r.f.migrate(&a.d)
 	return noted(r.decide(ctx, a), a)
 }
 

@@ -39,7 +39,10 @@ type Worker struct {
 // flow when none is named) and starts consuming it. ctx bounds the setup;
 // the worker runs until Close. An unknown flow is ErrUnknownFlow; a flow
 // with a Transactional step needs a Store that runs transactions
-// (ErrNoTransactions); if any consumer cannot start, those already
+// (ErrNoTransactions); a flow whose older versions left runs or messages
+// at steps it does not have is refused with a StrandError (Check says
+// what is where), and each flow's version is recorded in the journal
+// otherwise; if any consumer cannot start, those already
 // started are stopped and the error returned.
 func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, error) {
 	var fs []*flow
@@ -61,6 +64,9 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 		if err := e.canRun(f); err != nil {
 			return nil, err
 		}
+	}
+	if err := e.checkVersions(ctx, fs); err != nil {
+		return nil, err
 	}
 	w := &Worker{e: e, tidier: newTidier(e.conn, e.log)}
 	w.bgCtx, w.stopBg = context.WithCancel(context.Background())
@@ -208,13 +214,23 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 		if err := w.start(ctx, r.queue, r.handle, opts...); err != nil {
 			return err
 		}
+		olds, oldComps := f.renamedQueues(s)
+		for _, q := range olds {
+			// The step's old name's queue, worked as the step's own: its
+			// messages are renamed as they are read (flow.migrate).
+			if err := w.start(ctx, q, r.handle, opts...); err != nil {
+				return err
+			}
+		}
 		if s.Compensable {
 			// Compensations run as many at once as their step does.
 			c := newCompRunner(e, f, i, w.tidier.add)
-			if err := w.start(ctx, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
-				broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
-				broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, c.queue, c.outcome))); err != nil {
-				return err
+			for _, q := range append([]string{c.queue}, oldComps...) {
+				if err := w.start(ctx, q, c.handle, broker.Existing(), broker.WithRetry(c.policy),
+					broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
+					broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, c.queue, c.outcome))); err != nil {
+					return err
+				}
 			}
 		}
 	}

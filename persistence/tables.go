@@ -32,11 +32,13 @@ const (
 	DefaultLimitSlotsTable    = "acemq_limit_slots"
 	DefaultRatesTable         = "acemq_rates"
 	DefaultRateTurnsTable     = "acemq_rate_turns"
+	DefaultFlowVersionsTable  = "acemq_flow_versions"
 )
 
 // maxTableName leaves room under PostgreSQL's 63-byte identifier limit for
-// the suffixes of the indexes named after a table.
-const maxTableName = 48
+// the suffixes of the indexes named after a table (the longest,
+// "_flow_due_idx", is 13 bytes).
+const maxTableName = 50
 
 var plainIdentifier = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
@@ -80,6 +82,10 @@ type Tables struct {
 	// Rates holds the next free turn of each key of a rate-limited step;
 	// RateTurns the turns reserved for runs that wait for them.
 	Rates, RateTurns string
+	// FlowVersions holds the versions of flows workers served, with
+	// their steps and when they were first and last seen
+	// (journal.VersionStore), one row each.
+	FlowVersions string
 }
 
 // PrefixedTables names every table prefix followed by its default name's
@@ -100,7 +106,7 @@ func PrefixedTables(prefix string) Tables {
 func (t *Tables) pointers() []*string {
 	return []*string{&t.Migrations, &t.Outbox, &t.Idempotency, &t.Schemas, &t.SchemaCounter,
 		&t.Runs, &t.RunEvents, &t.RunData, &t.CronFires, &t.RunJoins, &t.RunBranches, &t.RunItems,
-		&t.Limits, &t.LimitSlots, &t.Rates, &t.RateTurns}
+		&t.Limits, &t.LimitSlots, &t.Rates, &t.RateTurns, &t.FlowVersions}
 }
 
 // Names lists every table t names (defaults filled in), the migrations
@@ -115,7 +121,7 @@ func (t Tables) Names() []string {
 }
 
 // Validate refuses a name that is not a plain lower-case identifier
-// (letters, digits and underscores, not starting with a digit, at most 48
+// (letters, digits and underscores, not starting with a digit, at most 50
 // bytes), and two tables given the same name.
 func (t Tables) Validate() error {
 	t = t.withDefaults()
@@ -142,6 +148,7 @@ func (t Tables) fields() []tableField {
 		{"runs", t.Runs}, {"run events", t.RunEvents}, {"run data", t.RunData}, {"cron fires", t.CronFires},
 		{"run joins", t.RunJoins}, {"run branches", t.RunBranches}, {"run items", t.RunItems},
 		{"limits", t.Limits}, {"limit slots", t.LimitSlots}, {"rates", t.Rates}, {"rate turns", t.RateTurns},
+		{"flow versions", t.FlowVersions},
 	}
 }
 
@@ -167,6 +174,7 @@ func (t Tables) withDefaults() Tables {
 	def(&t.LimitSlots, DefaultLimitSlotsTable)
 	def(&t.Rates, DefaultRatesTable)
 	def(&t.RateTurns, DefaultRateTurnsTable)
+	def(&t.FlowVersions, DefaultFlowVersionsTable)
 	return t
 }
 
@@ -211,5 +219,6 @@ func (t Tables) render(sql string) string {
 		"{{limit_slots_run_idx}}", q(t.LimitSlots+"_run_idx"),
 		"{{rates}}", q(t.Rates),
 		"{{rate_turns}}", q(t.RateTurns),
+		"{{flow_versions}}", q(t.FlowVersions),
 	).Replace(sql)
 }

@@ -31,6 +31,8 @@ type Memory struct {
 	joins map[string]map[string]*memJoin
 	// limits are the steps' limits (LimitStore), under their own lock.
 	limits memLimits
+	// versions are the flow versions served (VersionStore), under mu.
+	versions memVersions
 }
 
 type memRun struct {

@@ -187,3 +187,11 @@ func TestMemoryLimitConformance(t *testing.T) {
 		return j
 	})
 }
+
+func TestMemoryVersionConformance(t *testing.T) {
+	journaltest.Versions(t, func(t *testing.T) journaltest.VersionJournal {
+		j, err := journal.NewMemory(0)
+		require.NoError(t, err)
+		return j
+	})
+}

@@ -58,9 +58,9 @@ func TestFlowsList(t *testing.T) {
 	require.Empty(t, r.stderr, "describing flows needs no broker, so nothing is said about one")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 3)
-	require.Regexp(t, `^NAME\s+FORM\s+STEPS\s+INPUT$`, lines[0])
-	require.Regexp(t, `^unit\.orders\s+pipeline\s+validate, charge, ship\s+cli\.unitOrder$`, lines[1])
-	require.Regexp(t, `^unit\.doomed\s+pipeline\s+validate, charge\s+cli\.unitOrder$`, lines[2])
+	require.Regexp(t, `^NAME\s+VERSION\s+FORM\s+STEPS\s+INPUT$`, lines[0])
+	require.Regexp(t, `^unit\.orders\s+[0-9a-f]{12}\s+pipeline\s+validate, charge, ship\s+cli\.unitOrder$`, lines[1])
+	require.Regexp(t, `^unit\.doomed\s+[0-9a-f]{12}\s+pipeline\s+validate, charge\s+cli\.unitOrder$`, lines[2])
 
 	r = executeWith(t, inv, "flows", "list", "-o", "json")
 	require.Zero(t, r.code, r.stderr)
@@ -68,6 +68,9 @@ func TestFlowsList(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &infos))
 	require.Len(t, infos, 2)
 	require.Equal(t, "unit.orders", infos[0].Name)
+	require.Regexp(t, `^[0-9a-f]{12}$`, infos[0].Version)
+	require.NotEqual(t, infos[0].Version, infos[1].Version)
+	require.Contains(t, lines[1], infos[0].Version)
 	require.JSONEq(t, `{"id":"o-1","amount":42}`, string(infos[0].ExamplePayload))
 	require.Empty(t, infos[1].ExamplePayload)
 
@@ -113,7 +116,7 @@ func TestFlowsShow(t *testing.T) {
 	r := executeWith(t, inv, "flows", "show", "unit.orders")
 	require.Zero(t, r.code, r.stderr)
 	for _, want := range []string{
-		`(?m)^flow\s+unit\.orders$`, `(?m)^form\s+pipeline$`, `(?m)^input\s+cli\.unitOrder$`,
+		`(?m)^flow\s+unit\.orders$`, `(?m)^version\s+[0-9a-f]{12}$`, `(?m)^form\s+pipeline$`, `(?m)^input\s+cli\.unitOrder$`,
 		`(?m)^compensate queue\s+unit\.orders\.compensate$`,
 		`(?m)^step 2\s+charge$`, `(?m)^  queue\s+unit\.orders\.charge$`, `(?m)^  retry\s+3 attempts, 1s apart$`,
 		`(?m)^  timeout\s+5s$`, `(?m)^  compensation\s+unit\.orders\.compensate\.charge$`,

@@ -17,7 +17,7 @@ func (a *app) flowsCommand() *cobra.Command {
 		Use:   "flows",
 		Short: "List the flows of this binary, or show what one becomes",
 	}
-	cmd.AddCommand(a.flowsListCommand(), a.flowsShowCommand())
+	cmd.AddCommand(a.flowsListCommand(), a.flowsShowCommand(), a.flowsCheckCommand())
 	return cmd
 }
 
@@ -25,7 +25,7 @@ func (a *app) flowsListCommand() *cobra.Command {
 	var output outputFormat
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List the flows: name, form, steps and input type",
+		Short: "List the flows: name, version, form, steps and input type",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			infos, err := a.describeFlows(cmd.Context(), func(e *engine.Engine) ([]engine.FlowInfo, error) { return e.Flows(), nil })
@@ -40,13 +40,13 @@ func (a *app) flowsListCommand() *cobra.Command {
 				return nil
 			}
 			t := newTable(cmd.OutOrStdout())
-			t.row("NAME", "FORM", "STEPS", "INPUT")
+			t.row("NAME", "VERSION", "FORM", "STEPS", "INPUT")
 			for _, fi := range infos {
 				names := make([]string, len(fi.Steps))
 				for i, s := range fi.Steps {
 					names[i] = s.Name
 				}
-				t.row(fi.Name, fi.Form, strings.Join(names, ", "), fi.Input)
+				t.row(fi.Name, fi.Version, fi.Form, strings.Join(names, ", "), fi.Input)
 			}
 			return t.flush()
 		},
@@ -118,6 +118,7 @@ func writeFlow(cmd *cobra.Command, program string, fi engine.FlowInfo) error {
 	out := cmd.OutOrStdout()
 	t := newTable(out)
 	t.row("flow", fi.Name)
+	t.row("version", fi.Version)
 	t.row("form", fi.Form)
 	t.row("exchange", fi.Exchange)
 	t.row("input", fi.Input)

@@ -57,9 +57,15 @@ func main() {
 	if prefix == "" {
 		prefix = "clitest"
 	}
+	// CLITEST_ORDERS_V2 builds the orders flow's next version, its first
+	// step renamed: what a deploy that would strand runs looks like.
+	first := "validate"
+	if os.Getenv("CLITEST_ORDERS_V2") != "" {
+		first = "check"
+	}
 	cli.Main(
 		dsl.Flow(prefix+".orders",
-			dsl.Step("validate", validate),
+			dsl.Step(first, validate),
 			dsl.Step("charge", charge).Retry(broker.NoRetry()),
 			dsl.Step("ship", pass),
 			dsl.Example(Order{ID: "o-1", Amount: 42})),

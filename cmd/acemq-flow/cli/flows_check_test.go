@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
+)
+
+// TestFlowsCheck: runs left in the orders flow's first step by its v1
+// (no worker running) are what flows check of v2, which renamed the
+// step, reports as stranded (exit 1, the step, its runs and messages),
+// and a v2 worker refuses to start; v1 reports nothing; once a v1 worker
+// has finished them, v2 checks clean and its worker starts.
+func TestFlowsCheck(t *testing.T) {
+	t.Parallel()
+	fx := newCLIFixture(t, true)
+	v2 := []string{"CLITEST_ORDERS_V2=1"}
+	renamed := fx.flow("orders") + ".check"
+	fx.h.DeleteLater(renamed, renamed+broker.DeadLetterSuffix, renamed+broker.ParkedSuffix)
+	require.Zero(t, fx.run("migrate").code)
+	fx.startWorker().stop(t)
+	runs := []string{fx.start("orders", `{"id":"o-1","amount":1}`), fx.start("orders", `{"id":"o-2","amount":2}`)}
+	fx.h.WaitDepth(fx.flow("orders")+".validate", 2, 10*time.Second)
+
+	r := fx.run("flows", "check", fx.flow("orders"))
+	require.Zero(t, r.code, "v1 has the step: %s%s", r.stdout, r.stderr)
+	require.Regexp(t, `nothing stranded`, r.stdout)
+
+	r = fx.runEnv(v2, "flows", "check")
+	require.Equal(t, 1, r.code, r.stdout)
+	require.Regexp(t, `(?m)^`+fx.flow("orders")+`\s+[0-9a-f]{12}\s+[0-9a-f]{12}\s+check\s+validate\s+would strand runs`, r.stdout)
+	require.Regexp(t, `(?m)^`+fx.flow("orders")+`\s+validate\s+[0-9a-f]{12}\s+2\s+2\s+0\s+stranded$`, r.stdout)
+	require.Contains(t, r.stderr, "would be stranded")
+
+	r = fx.runEnv(v2, "flows", "check", "-o", "json")
+	require.Equal(t, 1, r.code)
+	var checks []engine.FlowCheck
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &checks), r.stdout)
+	require.Len(t, checks, 3, "every flow of the binary")
+	byFlow := map[string]engine.FlowCheck{}
+	for _, c := range checks {
+		byFlow[c.Flow] = c
+	}
+	orders := byFlow[fx.flow("orders")]
+	require.True(t, orders.Strands())
+	require.Equal(t, []string{"check"}, orders.Added)
+	require.Equal(t, []string{"validate"}, orders.Removed)
+	require.Len(t, orders.Strays, 1)
+	require.Equal(t, 2, orders.Strays[0].Runs)
+	require.Equal(t, 2, orders.Strays[0].Messages)
+	require.False(t, byFlow[fx.flow("held")].Strands(), "the other flows did not change")
+
+	r = fx.runEnv(v2, "worker")
+	require.Equal(t, 1, r.code, "a v2 worker refuses to start: %s", r.stderr)
+	require.Contains(t, r.stderr, `step "validate"`)
+
+	w := fx.startWorker()
+	for _, id := range runs {
+		fx.waitStatus(id, journal.Completed, 20*time.Second)
+	}
+	w.stop(t)
+	r = fx.runEnv(v2, "flows", "check")
+	require.Zero(t, r.code, "%s%s", r.stdout, r.stderr)
+	require.NotContains(t, r.stdout, "would strand")
+}

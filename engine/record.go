@@ -153,7 +153,7 @@ func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) 
 		// Started in a transaction (StartTx): nobody recorded its start.
 		start := journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStart, Outcome: "started (outbox)",
 			StartedAt: m.FirstSeen, EndedAt: m.FirstSeen, Status: journal.Running, RunStep: r.spec.Name,
-			Seq: journal.Seq(0, 0, 1, 0), Key: "start"}
+			Seq: journal.Seq(0, 0, 1, 0), Key: "start", Version: versionOf(m)}
 		if r.f.json {
 			start.Input = append([]byte(nil), m.Body...)
 		}

@@ -270,7 +270,7 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 		h.due = cfg.at
 	}
 	start := journal.Event{RunID: p.res.RunID, Flow: f.name, Kind: journal.KindStart, Outcome: "started",
-		StartedAt: now, EndedAt: now, Input: raw, Status: journal.Running, Replays: n, Seq: journal.Seq(n, 0, 1, 0), Key: "start"}
+		StartedAt: now, EndedAt: now, Input: raw, Version: f.version, Status: journal.Running, Replays: n, Seq: journal.Seq(n, 0, 1, 0), Key: "start"}
 	if n > 0 {
 		start.Outcome, start.Key = fmt.Sprintf("started again (replay %d)", n), fmt.Sprintf("start/%d", n)
 	}
@@ -433,7 +433,8 @@ func (f *flow) validate(payload any) error {
 	return nil
 }
 
-// startMessage is a run's first message, addressed to route[pos]; a run
+// startMessage is a run's first message, addressed to route[pos], with
+// the version of the flow it starts on (its hops carry it on); a run
 // started again carries its replay count, as its hops do.
 func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string, replays int, route []string, pos int, input any, headers broker.Table) (broker.Outgoing, error) {
 	opts := []broker.PublishOption{
@@ -443,6 +444,8 @@ func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string
 	if len(headers) > 0 {
 		opts = append(opts, broker.Headers(headers))
 	}
+	// After the headers given: a run started again starts on this version.
+	opts = append(opts, broker.Header(HeaderVersion, f.version))
 	if replays > 0 {
 		opts = append(opts, broker.Header(broker.HeaderReplayCount, int64(replays)))
 	}

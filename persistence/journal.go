@@ -209,7 +209,7 @@ func newJournalBatch(events []journal.Event) (journalBatch, error) {
 }
 
 // args are the record statement's parameters: one array per column, of
-// the runs ($1-$15, and $32) and of the timeline entries ($16-$31).
+// the runs ($1-$15, $32 and $33) and of the timeline entries ($16-$31).
 func (b journalBatch) args() []any {
 	n := len(b.runs)
 	var (
@@ -218,6 +218,7 @@ func (b journalBatch) args() []any {
 		started, updated                               = make([]time.Time, n), make([]time.Time, n)
 		ended, due, minStarts                          = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
 		replays, inputReplays                          = make([]int, n), make([]int, n)
+		versions                                       = make([]string, n)
 		seqs                                           = make([]int64, n)
 		hasStatus                                      = make([]bool, n)
 	)
@@ -228,7 +229,7 @@ func (b journalBatch) args() []any {
 			inputs[i] = r.Input
 		}
 		started[i], updated[i], ended[i], due[i], minStarts[i] = r.StartedAt, r.UpdatedAt, r.EndedAt, r.DueAt, f.minStart
-		replays[i], seqs[i], hasStatus[i], inputReplays[i] = r.Replays, r.Seq, f.hasStatus, r.InputReplays
+		replays[i], seqs[i], hasStatus[i], inputReplays[i], versions[i] = r.Replays, r.Seq, f.hasStatus, r.InputReplays, r.Version
 	}
 	m := len(b.events)
 	var (
@@ -248,6 +249,6 @@ func (b journalBatch) args() []any {
 	return []any{
 		ids, flows, statuses, steps, inputs, errs, started, updated, ended, due, deadLetters, replays, seqs, minStarts, hasStatus,
 		eRuns, eKeys, eSeqs, eKinds, eSteps, eAttempts, eOutcomes, eStarted, eEnded, eErrs, eQueues, eDue, eStatuses, eRunSteps, eReplays, eDeadLetters,
-		inputReplays,
+		inputReplays, versions,
 	}
 }

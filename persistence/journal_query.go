@@ -70,6 +70,10 @@ func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, 
 		shape |= listByFlow
 		args = append(args, q.Flow)
 	}
+	if q.Version != "" {
+		shape |= listByVersion
+		args = append(args, q.Version)
+	}
 	if q.ErrorContains != "" {
 		shape |= listByError
 		args = append(args, "%"+likeEscaper.Replace(q.ErrorContains)+"%")
@@ -273,7 +277,7 @@ const eventColumns = `r.flow, e.key, e.seq, e.kind, e.step, e.attempt, e.outcome
 
 // runColumns are what scanRun reads, in its order.
 const runColumns = `r.run_id, r.flow, r.status, r.step, r.input, r.error, r.started_at, r.updated_at,
-	r.ended_at, r.due_at, r.dead_letter, r.replays, r.seq, r.input_replays`
+	r.ended_at, r.due_at, r.dead_letter, r.replays, r.seq, r.input_replays, r.version`
 
 func scanRun(row pgx.CollectableRow) (journal.Run, error) {
 	var (
@@ -282,7 +286,7 @@ func scanRun(row pgx.CollectableRow) (journal.Run, error) {
 		input  []byte
 	)
 	err := row.Scan(&r.ID, &r.Flow, &status, &r.Step, &input, &r.Error, &r.StartedAt, &r.UpdatedAt,
-		&r.EndedAt, &r.DueAt, &r.DeadLetter, &r.Replays, &r.Seq, &r.InputReplays)
+		&r.EndedAt, &r.DueAt, &r.DeadLetter, &r.Replays, &r.Seq, &r.InputReplays, &r.Version)
 	r.Status = journal.Status(status)
 	if input != nil {
 		r.Input = json.RawMessage(input)
@@ -307,6 +311,7 @@ const (
 	listByFlow = 1 << iota
 	listByError
 	listByDue
+	listByVersion
 )
 
 // journalStatements are the journal's statements, rendered for its tables
@@ -321,7 +326,7 @@ type journalStatements struct {
 	// prefix and prefixBounded are RunsByIDPrefix's, without and with an
 	// end to the range.
 	prefix, prefixBounded string
-	list                  [8]string
+	list                  [16]string
 }
 
 func renderJournalStatements(t Tables) journalStatements {
@@ -330,9 +335,9 @@ func renderJournalStatements(t Tables) journalStatements {
 			WITH b AS (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[],
 					$7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[],
-					$12::integer[], $13::bigint[], $14::timestamptz[], $15::boolean[], $32::integer[])
+					$12::integer[], $13::bigint[], $14::timestamptz[], $15::boolean[], $32::integer[], $33::text[])
 				WITH ORDINALITY AS b(run_id, flow, status, step, input, error, started_at, updated_at,
-					ended_at, due_at, dead_letter, replays, seq, min_start, has_status, input_replays, ord)
+					ended_at, due_at, dead_letter, replays, seq, min_start, has_status, input_replays, version, ord)
 			), entries AS (
 				-- Unreferenced, so it runs after the runs' upsert: every
 				-- batch locks runs, then entries, each in sorted order.
@@ -354,15 +359,16 @@ func renderJournalStatements(t Tables) journalStatements {
 						EXCLUDED.status, EXCLUDED.run_step, EXCLUDED.replays, EXCLUDED.dead_letter)
 			)
 			INSERT INTO {{runs}} AS cur (run_id, flow, status, step, input, error, started_at, updated_at,
-				ended_at, due_at, dead_letter, replays, seq, input_replays)
+				ended_at, due_at, dead_letter, replays, seq, input_replays, version)
 			SELECT run_id, flow, status, step, input, error, started_at, updated_at,
-				ended_at, due_at, dead_letter, replays, seq, input_replays
+				ended_at, due_at, dead_letter, replays, seq, input_replays, version
 			FROM b ORDER BY ord
 			ON CONFLICT (run_id) DO UPDATE SET
-				(started_at, input, input_replays, status, step, error, updated_at, ended_at, due_at, dead_letter, replays, seq) = (
+				(started_at, input, input_replays, version, status, step, error, updated_at, ended_at, due_at, dead_letter, replays, seq) = (
 				SELECT LEAST(cur.started_at, d.min_start),
 					CASE WHEN d.newer_input THEN EXCLUDED.input ELSE cur.input END,
 					CASE WHEN d.newer_input THEN EXCLUDED.input_replays ELSE cur.input_replays END,
+					CASE WHEN d.newer_input THEN EXCLUDED.version ELSE cur.version END,
 					CASE WHEN d.apply THEN EXCLUDED.status ELSE cur.status END,
 					CASE WHEN d.apply THEN EXCLUDED.step ELSE cur.step END,
 					CASE WHEN d.apply THEN EXCLUDED.error ELSE cur.error END,
@@ -434,13 +440,17 @@ func renderJournalStatements(t Tables) journalStatements {
 			)
 			SELECT count(*) FROM gone`),
 	}
-	// $1 statuses, $2 since, $3 before, $4 limit, then the flow and the
-	// error pattern when the shape has them.
+	// $1 statuses, $2 since, $3 before, $4 limit, then the flow, the
+	// version and the error pattern when the shape has them.
 	for shape := range s.list {
 		var filter, needle string
 		next := 5
 		if shape&listByFlow != 0 {
 			filter = fmt.Sprintf(" AND r.flow = $%d", next)
+			next++
+		}
+		if shape&listByVersion != 0 {
+			filter += fmt.Sprintf(" AND r.version = $%d", next)
 			next++
 		}
 		if shape&listByError != 0 {

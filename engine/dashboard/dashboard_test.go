@@ -242,6 +242,9 @@ func TestRunPageEscapesWhatItShows(t *testing.T) {
 	require.Contains(t, body, `id="replay"`, "a failed run can be replayed")
 	require.Contains(t, body, `id="compensate"`, "and compensated: its flow has a compensation")
 	require.Contains(t, body, fx.Flow+".charge"+broker.DeadLetterSuffix, "where its message waits")
+	fi, err := fx.Eng.Flow(fx.Flow)
+	require.NoError(t, err)
+	require.Contains(t, body, `<code id="version">`+fi.Version+`</code>`, "the version it started on")
 }
 
 // TestCompensateNow: the compensate button sends a failed run to be

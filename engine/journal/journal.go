@@ -123,6 +123,10 @@ type Run struct {
 	Step string `json:"step"`
 	// Input is the payload the run started with.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Version is the version of its flow the run started on (its latest
+	// start, for a run started again): engine.FlowInfo.Version; "" for a
+	// run started before flows had versions.
+	Version string `json:"version,omitempty"`
 	// Error is why the run last failed or was retried ("" once it moved on).
 	Error     string     `json:"error"`
 	StartedAt time.Time  `json:"started_at"`
@@ -168,8 +172,10 @@ type Event struct {
 	Status  Status `json:"-"`
 	RunStep string `json:"-"`
 	Replays int    `json:"-"`
-	// Input is the run's input, on its start event.
-	Input json.RawMessage `json:"-"`
+	// Input is the run's input, on its start event, and Version the
+	// version of its flow it starts on.
+	Input   json.RawMessage `json:"-"`
+	Version string          `json:"-"`
 	// DeadLetter is the queue holding the message of a failed run.
 	DeadLetter string `json:"-"`
 }
@@ -199,6 +205,9 @@ type Query struct {
 	// ErrorContains keeps only runs whose error contains it (case
 	// insensitive).
 	ErrorContains string
+	// Version, when set, keeps only runs started on that version of their
+	// flow.
+	Version string
 	// Order is the order of the answer, and so which runs Limit keeps
 	// (zero: NewestFirst).
 	Order Order

@@ -87,8 +87,8 @@ func NewRun(e Event) Run {
 }
 
 // Apply applies e to r by the package's rules (r is e's run): the earliest
-// start, the input of the first start event of the latest replay (a run
-// started again), and e's status change unless r already shows a later
+// start, the input (and the version) of the first start event of the
+// latest replay (a run started again), and e's status change unless r already shows a later
 // one.
 func Apply(r *Run, e Event) {
 	if e.Kind == KindStart && e.StartedAt.Before(r.StartedAt) {
@@ -98,7 +98,7 @@ func Apply(r *Run, e Event) {
 	if len(e.Input) > 0 && (len(r.Input) == 0 || e.Replays > r.InputReplays) {
 		// The first input of the latest replay: a run started again is
 		// known by what it was started with last.
-		r.Input, r.InputReplays = e.Input, e.Replays
+		r.Input, r.InputReplays, r.Version = e.Input, e.Replays, e.Version
 	}
 	if e.Status == "" || e.Seq < r.Seq {
 		return
@@ -217,6 +217,7 @@ func (m *Memory) Runs(_ context.Context, q Query) ([]Run, error) {
 			!q.Since.IsZero() && run.StartedAt.Before(q.Since),
 			!q.Before.IsZero() && !run.StartedAt.Before(q.Before),
 			needle != "" && !strings.Contains(strings.ToLower(run.Error), needle),
+			q.Version != "" && run.Version != q.Version,
 			byDue && run.DueAt == nil:
 			continue
 		}

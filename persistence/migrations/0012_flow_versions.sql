@@ -12,3 +12,6 @@ CREATE TABLE IF NOT EXISTS {{flow_versions}} (
     last_seen  timestamptz NOT NULL,
     PRIMARY KEY (flow, version)
 );
+-- The version of its flow each run started on ('' for runs started
+-- before flows had versions), which runs list --version selects by.
+ALTER TABLE {{runs}} ADD COLUMN IF NOT EXISTS version text COLLATE "C" NOT NULL DEFAULT '';

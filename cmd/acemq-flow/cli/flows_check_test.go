@@ -28,6 +28,22 @@ func TestFlowsCheck(t *testing.T) {
 	runs := []string{fx.start("orders", `{"id":"o-1","amount":1}`), fx.start("orders", `{"id":"o-2","amount":2}`)}
 	fx.h.WaitDepth(fx.flow("orders")+".validate", 2, 10*time.Second)
 
+	var infos []engine.FlowInfo
+	fx.runJSON(&infos, "flows", "list")
+	var v1 string
+	for _, fi := range infos {
+		if fi.Name == fx.flow("orders") {
+			v1 = fi.Version
+		}
+	}
+	var listed []journal.Run
+	fx.runJSON(&listed, "runs", "list", "--flow", fx.flow("orders"), "--version", v1)
+	require.Len(t, listed, 2, "runs list --version: the runs started on v1")
+	fx.runJSON(&listed, "runs", "list", "--flow", fx.flow("orders"), "--version", "000000000000")
+	require.Empty(t, listed)
+	shown := fx.run("runs", "show", runs[0])
+	require.Regexp(t, `(?m)^version\s+`+v1+`$`, shown.stdout)
+
 	r := fx.run("flows", "check", fx.flow("orders"))
 	require.Zero(t, r.code, "v1 has the step: %s%s", r.stdout, r.stderr)
 	require.Regexp(t, `nothing stranded`, r.stdout)

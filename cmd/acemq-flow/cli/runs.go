@@ -41,6 +41,7 @@ func (a *app) runsListCommand() *cobra.Command {
 		since    sinceFlag
 		limit    int
 		errText  string
+		version  string
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -51,6 +52,7 @@ func (a *app) runsListCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("runs list: %w", err)
 			}
+			q.Version = version
 			j, done, err := a.openRunsJournal(cmd)
 			if err != nil {
 				return err
@@ -79,6 +81,7 @@ func (a *app) runsListCommand() *cobra.Command {
 	cmd.Flags().Var(&since, "since", "only runs started this long ago or later (24h), or since a time (RFC 3339)")
 	cmd.Flags().IntVar(&limit, "limit", journal.DefaultLimit, "at most this many runs")
 	cmd.Flags().StringVar(&errText, "error", "", "only runs whose error contains this text (case insensitive)")
+	cmd.Flags().StringVar(&version, "version", "", "only runs started on this version of their flow (flows list shows each flow's)")
 	return cmd
 }
 
@@ -234,6 +237,9 @@ func writeRun(cmd *cobra.Command, r journal.Run, own []journal.Event, forks []*t
 	t.row("flow", r.Flow)
 	t.row("status", string(r.Status))
 	t.row("step", r.Step)
+	if r.Version != "" {
+		t.row("version", r.Version)
+	}
 	t.row("started", localTime(r.StartedAt, timeLayoutMillis))
 	if r.EndedAt != nil {
 		t.row("ended", localTimePtr(r.EndedAt, timeLayoutMillis)+" (took "+runDuration(r, time.Now())+")")

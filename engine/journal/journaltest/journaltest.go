@@ -44,6 +44,7 @@ func Run(t *testing.T, open Open) {
 		"runs by id prefix":              runsByIDPrefix,
 		"resolving a shortened id":       resolvingShortenedID,
 		"cancelled since":                cancelledSince,
+		"the version a run started on":   versionOfRun,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -467,6 +468,41 @@ func inputOfRunStartedAgain(t *testing.T, j journal.Journal) {
 	tl, err := j.Timeline(ctx, "a1")
 	require.NoError(t, err)
 	require.Len(t, tl, 3, "the timeline keeps both starts")
+}
+
+// versionOfRun: a run has the version of its start, a run started again
+// the version of its later start (whichever order the starts arrive in),
+// a run of an event with none has none, and a query by version keeps the
+// runs started on it.
+func versionOfRun(t *testing.T, j journal.Journal) {
+	ctx := ctxOf(t)
+	first := start("v1", "orders", 0, `{"id":1}`)
+	first.Version = "aaa"
+	record(t, j, first, step("v1", "orders", "validate", 0, 1, 1, "completed", journal.Running, "charge"))
+	r, err := j.Run(ctx, "v1")
+	require.NoError(t, err)
+	require.Equal(t, "aaa", r.Version)
+	again := start("v1", "orders", 10, `{"id":2}`)
+	again.Key, again.Seq, again.Replays, again.Version = "start/1", journal.Seq(1, 0, 1, 0), 1, "bbb"
+	record(t, j, again)
+	record(t, j, first)
+	r, err = j.Run(ctx, "v1")
+	require.NoError(t, err)
+	require.Equal(t, "bbb", r.Version, "started again on bbb; the first start, recorded late, does not take it back")
+	other := start("v2", "orders", 20, `{"id":3}`)
+	other.Version = "aaa"
+	record(t, j, other, step("v3", "orders", "validate", 0, 1, 21, "completed", journal.Running, "charge"))
+	r, err = j.Run(ctx, "v3")
+	require.NoError(t, err)
+	require.Empty(t, r.Version, "a run known only from a step has no version")
+	for version, want := range map[string][]string{"aaa": {"v2"}, "bbb": {"v1"}, "ccc": {}} {
+		runs, err := j.Runs(ctx, journal.Query{Flow: "orders", Version: version})
+		require.NoError(t, err)
+		require.Equal(t, want, runIDs(runs), version)
+		runs, err = j.Runs(ctx, journal.Query{Version: version, Statuses: []journal.Status{journal.Running}, ErrorContains: ""})
+		require.NoError(t, err)
+		require.Equal(t, want, runIDs(runs), "%s, by status", version)
+	}
 }
 
 // wait is an event holding the run on the ladder until due.

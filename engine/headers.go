@@ -59,18 +59,7 @@ const (
 	// flow's compensate-now queue for when it passes: the replay of the
 	// run it is for.
 	HeaderDeadline = "acemq-flow-deadline"
-	// HeaderVersion is on every message of a run: the version of its flow
-	// the run started on (FlowInfo.Version), set on its first message and
-	// carried on by every hop.
-	HeaderVersion = "acemq-flow-version"
 )
-
-// versionOf is the version of its flow m's run started on (HeaderVersion;
-// "" on a message sent before flows had versions, or by another library).
-func versionOf(m *broker.Message) string {
-	v, _ := m.Headers[HeaderVersion].(string)
-	return v
-}
 
 // holdRef is the acemq-flow-hold header.
 type holdRef struct {

@@ -151,9 +151,11 @@ func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) 
 	var events []journal.Event
 	if d.outbox {
 		// Started in a transaction (StartTx): nobody recorded its start.
+		// Its version is the one of the worker that takes it in, which is
+		// the starter's unless a deploy came between.
 		start := journal.Event{RunID: m.RunID, Flow: r.f.name, Kind: journal.KindStart, Outcome: "started (outbox)",
 			StartedAt: m.FirstSeen, EndedAt: m.FirstSeen, Status: journal.Running, RunStep: r.spec.Name,
-			Seq: journal.Seq(0, 0, 1, 0), Key: "start", Version: versionOf(m)}
+			Seq: journal.Seq(0, 0, 1, 0), Key: "start", Version: r.f.version}
 		if r.f.json {
 			start.Input = append([]byte(nil), m.Body...)
 		}

@@ -433,8 +433,7 @@ func (f *flow) validate(payload any) error {
 	return nil
 }
 
-// startMessage is a run's first message, addressed to route[pos], with
-// the version of the flow it starts on (its hops carry it on); a run
+// startMessage is a run's first message, addressed to route[pos]; a run
 // started again carries its replay count, as its hops do.
 func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string, replays int, route []string, pos int, input any, headers broker.Table) (broker.Outgoing, error) {
 	opts := []broker.PublishOption{
@@ -444,8 +443,6 @@ func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string
 	if len(headers) > 0 {
 		opts = append(opts, broker.Headers(headers))
 	}
-	// After the headers given: a run started again starts on this version.
-	opts = append(opts, broker.Header(HeaderVersion, f.version))
 	if replays > 0 {
 		opts = append(opts, broker.Header(broker.HeaderReplayCount, int64(replays)))
 	}

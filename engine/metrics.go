@@ -49,7 +49,7 @@ type metrics struct {
 	byPipeline    *attrcache.Cache
 	byFlowStepOut *attrcache.Cache
 	byFlowStep    *attrcache.Cache
-	byFlow        *attrcache.Cache
+	byFlowVersion *attrcache.Cache
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -62,7 +62,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		byPipeline:    attrcache.New("pipeline"),
 		byFlowStepOut: attrcache.New("flow", "step", "outcome"),
 		byFlowStep:    attrcache.New("flow", "step"),
-		byFlow:        attrcache.New("flow"),
+		byFlowVersion: attrcache.New("flow", "version"),
 	}
 	var err error
 	out.runTotal, err = m.Int64Counter("acemq.pipeline.run.total",
@@ -78,7 +78,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Step functions running now in this process, by flow and step."))
 	add(err)
 	out.runsStarted, err = m.Int64Counter("acemq.flow.runs.started",
-		metric.WithDescription("Runs whose first step a worker of this process took up (once per run across the workers, but for a worker that died in that step), by flow."))
+		metric.WithDescription("Runs whose first step a worker of this process took up (once per run across the workers, but for a worker that died in that step), by flow and the version of it the worker serves."))
 	add(err)
 	out.compensation, err = m.Int64Counter("acemq.flow.compensation.total",
 		metric.WithDescription("Compensations settled, by flow, step and outcome (compensated, retried, unresolved)."))
@@ -117,11 +117,11 @@ func (m *metrics) active(ctx context.Context, flow, step string, n int64) {
 // shared idempotency store (no database) each worker claims for itself,
 // so a redelivery to another worker counts again; and a run whose every
 // step was skipped at its start reaches no step and is not counted.
-func (m *metrics) reached(ctx context.Context, flow string, msg *broker.Message, pos, replays int) {
+func (m *metrics) reached(ctx context.Context, flow, version string, msg *broker.Message, pos, replays int) {
 	if msg.Attempt > 1 || replays > 0 || pos > 0 && msg.CausationID != "" {
 		return
 	}
-	m.runsStarted.Add(ctx, 1, m.byFlow.Option(flow))
+	m.runsStarted.Add(ctx, 1, m.byFlowVersion.Option(flow, version))
 }
 
 func (m *metrics) compensated(ctx context.Context, flow, step, outcome string) {

@@ -117,6 +117,9 @@ func TestRunsStartedAreCountedByTheWorker(t *testing.T) {
 		fx.waitStatus(broken, journal.Completed, 10*time.Second)
 
 		require.Equal(t, int64(5), runsStarted(t, workerMetrics, fx.name), "five runs, each counted once by the worker")
+		fi, err := fx.eng.Flow(fx.name)
+		require.NoError(t, err)
+		require.Equal(t, int64(5), counted(t, workerMetrics, "acemq.flow.runs.started", "version", fi.Version), "under the version the worker serves")
 		require.Zero(t, runsStarted(t, starterMetrics, fx.name), "the process that only started them counts none")
 		mu.Lock()
 		require.Equal(t, 2, attempts[ids[1]], "flaky's first step was retried")

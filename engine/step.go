@@ -344,7 +344,7 @@ func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) br
 			}
 			ctx, done := r.e.cancels.track(ctx, ids...)
 			defer done()
-			r.e.metrics.reached(ctx, r.f.name, d.m, d.pos, d.replays)
+			r.e.metrics.reached(ctx, r.f.name, r.f.version, d.m, d.pos, d.replays)
 			w = r.work(ctx, a)
 			return w.kept, errors.Join(w.stepErr, w.giveUp)
 		},

@@ -179,8 +179,9 @@ func (f *flow) stepNames() []string {
 // Check compares the registered flow called name with the versions of it
 // that the journal remembers and with the runs and messages at steps this
 // version does not have: what a worker of it would leave stranded
-// (FlowCheck.Strands), which StartWorker refuses. On a journal that keeps
-// no versions only the runs it holds are looked at.
+// (FlowCheck.Strands), which StartWorker refuses. On a journal that is
+// not a journal.VersionStore (both shipped journals are) only the queues
+// of the steps the flow renamed are looked at.
 func (e *Engine) Check(ctx context.Context, name string) (FlowCheck, error) {
 	f, err := e.flow(name)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/broker/transport"
 	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine/journal"
@@ -77,6 +78,11 @@ type StrayStep struct {
 	CompensationQueue string `json:"compensation_queue"`
 	Compensations     int    `json:"compensations"`
 	Runs              int    `json:"runs"`
+	// DeadLettered counts the messages in the step's dead-letter queue:
+	// failed runs held there for a replay, which would send them back to
+	// the step. They are not stranded (nothing moves them on its own), but
+	// a replay of one is, unless the flow renamed the step.
+	DeadLettered int `json:"dead_lettered"`
 	// Versions are the versions that had the step (none when only runs in
 	// the journal name it).
 	Versions []string `json:"versions,omitempty"`
@@ -258,6 +264,9 @@ func (e *Engine) check(ctx context.Context, f *flow) (FlowCheck, error) {
 			return FlowCheck{}, fmt.Errorf("check flow %q step %q: %w", f.name, step, err)
 		}
 		if s.Compensations, err = e.depth(ctx, s.CompensationQueue); err != nil {
+			return FlowCheck{}, fmt.Errorf("check flow %q step %q: %w", f.name, step, err)
+		}
+		if s.DeadLettered, err = e.depth(ctx, s.Queue+broker.DeadLetterSuffix); err != nil {
 			return FlowCheck{}, fmt.Errorf("check flow %q step %q: %w", f.name, step, err)
 		}
 		switch n, renamed := f.migrated(step); {

@@ -97,9 +97,9 @@ func writeChecks(cmd *cobra.Command, checks []engine.FlowCheck) error {
 	var rows [][]string
 	for _, c := range checks {
 		for _, s := range c.Strays {
-			if s.Holds() || s.Fate != engine.FateNothing {
+			if s.Holds() || s.DeadLettered > 0 || s.Fate != engine.FateNothing {
 				rows = append(rows, []string{c.Flow, s.Step, orDash(strings.Join(s.Versions, ", ")), strconv.Itoa(s.Runs),
-					strconv.Itoa(s.Messages), strconv.Itoa(s.Compensations), s.Fate})
+					strconv.Itoa(s.Messages), strconv.Itoa(s.Compensations), strconv.Itoa(s.DeadLettered), s.Fate})
 			}
 		}
 	}
@@ -110,7 +110,7 @@ func writeChecks(cmd *cobra.Command, checks []engine.FlowCheck) error {
 		return err
 	}
 	t = newTable(cmd.OutOrStdout())
-	t.row("FLOW", "STEP", "IN VERSIONS", "RUNS", "MESSAGES", "COMPENSATIONS", "FATE")
+	t.row("FLOW", "STEP", "IN VERSIONS", "RUNS", "MESSAGES", "COMPENSATIONS", "DEAD-LETTERED", "FATE")
 	for _, r := range rows {
 		t.row(r...)
 	}

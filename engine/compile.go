@@ -123,15 +123,28 @@ func (f *flow) compensationQueue(step string) string {
 // compensateNowQueue takes failed runs' messages to be compensated now.
 func (f *flow) compensateNowQueue() string { return f.name + "." + compensateKey }
 
-// deadLetterQueues are where a run of the flow can be given up.
-func (f *flow) deadLetterQueues() []string {
+// workedQueues are the step queues the flow's workers consume: each
+// step's but an External one's, and those of the steps' old names
+// (dsl.Renamed).
+func (f *flow) workedQueues() []string {
 	var out []string
 	for _, s := range f.steps {
 		if !s.External {
-			out = append(out, f.queue(s.Name)+broker.DeadLetterSuffix)
+			olds, _ := f.renamedQueues(s)
+			out = append(append(out, f.queue(s.Name)), olds...)
 		}
 	}
 	return out
+}
+
+// deadLetterQueues are where a run of the flow can be given up: the
+// dead-letter queues of the queues its workers consume.
+func (f *flow) deadLetterQueues() []string {
+	qs := f.workedQueues()
+	for i, q := range qs {
+		qs[i] = q + broker.DeadLetterSuffix
+	}
+	return qs
 }
 
 // FlowInfo describes what a flow became: for a person (acemq-flow flows

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -204,15 +205,13 @@ func (e *Engine) move(ctx context.Context, runID string, queues []string, to fun
 	return res, fmt.Errorf("%w: run %s is in none of %s", ErrMessageNotFound, runID, strings.Join(queues, ", "))
 }
 
-// flowOfQueue is the registered flow a step queue (or its dead-letter
-// queue) belongs to.
+// flowOfQueue is the registered flow a step queue its workers consume (or
+// its dead-letter queue) belongs to: a step's, or a step's old name's.
 func (e *Engine) flowOfQueue(q string) *flow {
 	q = strings.TrimSuffix(q, broker.DeadLetterSuffix)
 	for _, f := range e.registered() {
-		for _, s := range f.steps {
-			if f.queue(s.Name) == q {
-				return f
-			}
+		if slices.Contains(f.workedQueues(), q) {
+			return f
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,12 +187,23 @@ func TestRenamedStepTakesOldRuns(t *testing.T) {
 		require.Eventually(t, func() bool { return ef.get(past, "b") == 1 }, 10*time.Second, 10*time.Millisecond)
 		require.NoError(t, w1.Close(ctx))
 		waiting := []string{v1.start(Order{ID: "w1", Amount: 1}), v1.start(Order{ID: "w2", Amount: 2})}
-		h.WaitDepth(v1.name+".a", 2, 5*time.Second)
+		declined := v1.start(Order{ID: "declined", Amount: 3})
+		h.WaitDepth(v1.name+".a", 3, 5*time.Second)
 		require.NoError(t, v1.eng.Flush(ctx))
 
 		v2 := newFixture(t, h, engine.Config{Journal: j})
 		v2.name = v1.name
-		v2.register(dsl.Flow(v1.name, dsl.Step("a2", appendStep(ef, "a2")), dsl.Step("b2", appendStep(ef, "b2")).Compensate(undo("undo-b2")),
+		var mu sync.Mutex
+		down := true
+		a2 := func(ctx context.Context, o Order) (Order, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if o.ID == "declined" && down {
+				return o, broker.Fatal(errors.New("declined"))
+			}
+			return appendStep(ef, "a2")(ctx, o)
+		}
+		v2.register(dsl.Flow(v1.name, dsl.Step("a2", a2), dsl.Step("b2", appendStep(ef, "b2")).Compensate(undo("undo-b2")),
 			dsl.Delay(3*time.Second), dsl.Step("c", c), dsl.Renamed("a", "a2"), dsl.Renamed("b", "b2")))
 		check, err := v2.eng.Check(ctx, v1.name)
 		require.NoError(t, err)
@@ -216,6 +228,19 @@ func TestRenamedStepTakesOldRuns(t *testing.T) {
 		v2.waitStatus(past, journal.Compensated, 15*time.Second)
 		require.Equal(t, 1, ef.get(past, "undo-b2"), "b, done by v1, is undone by b2's compensation")
 		require.Zero(t, ef.get(past, "undo-b"))
+		// A run given up at a2 while its message came from a's queue is
+		// where it was set aside: a's dead-letter queue, as the journal
+		// says, and a replay finds it there.
+		failed := v2.waitStatus(declined, journal.Failed, 15*time.Second)
+		require.Equal(t, v1.name+".a"+broker.DeadLetterSuffix, failed.DeadLetter)
+		h.WaitDepth(v1.name+".a"+broker.DeadLetterSuffix, 1, 5*time.Second)
+		mu.Lock()
+		down = false
+		mu.Unlock()
+		_, err = v2.eng.Replay(ctx, declined)
+		require.NoError(t, err)
+		v2.waitStatus(declined, journal.Completed, 15*time.Second)
+		require.Equal(t, 1, ef.get(declined, "a2"))
 		require.Equal(t, 0, h.Depth(v1.name+".a"))
 		require.Equal(t, 0, h.Depth(v1.name+".b"))
 	})

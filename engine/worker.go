@@ -203,7 +203,34 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 		if s.External {
 			continue
 		}
-		r := runners[i]
+		olds, oldComps := f.renamedQueues(s)
+		if err := w.consumeStep(ctx, runners[i], olds); err != nil {
+			return err
+		}
+		if s.Compensable {
+			if err := w.consumeCompensation(ctx, newCompRunner(e, f, i, w.tidier.add), oldComps); err != nil {
+				return err
+			}
+		}
+	}
+	n := &nowRunner{e: e, f: f}
+	return w.start(ctx, f.compensateNowQueue(), n.handle, broker.Existing(), broker.WithRetry(*e.cfg.Retry),
+		broker.WithCodec(f.codec), broker.OnSettle(n.settled))
+}
+
+// consumeStep consumes r's queue, and the queues of the step's old names
+// (olds, dsl.Renamed) each with a runner of its own: as r, but recording,
+// dead-lettering and tidying under the queue it consumed, where what it
+// sets aside is. Their messages are renamed as they are read
+// (flow.migrate).
+func (w *Worker) consumeStep(ctx context.Context, r *stepRunner, olds []string) error {
+	e, f, s := w.e, r.f, r.spec
+	for i, q := range append([]string{r.queue}, olds...) {
+		if i > 0 {
+			old := *r
+			old.queue = q
+			r = &old
+		}
 		opts := []broker.ConsumeOption{
 			broker.Existing(), broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
 			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled), broker.BeforeSettle(r.releasing(beforeSettle(e, f.name, s.Name, r.queue, r.outcome))),
@@ -214,29 +241,28 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 		if err := w.start(ctx, r.queue, r.handle, opts...); err != nil {
 			return err
 		}
-		olds, oldComps := f.renamedQueues(s)
-		for _, q := range olds {
-			// The step's old name's queue, worked as the step's own: its
-			// messages are renamed as they are read (flow.migrate).
-			if err := w.start(ctx, q, r.handle, opts...); err != nil {
-				return err
-			}
+	}
+	return nil
+}
+
+// consumeCompensation consumes c's queue, and those of the step's old
+// names' compensations (olds), as consumeStep does the step's. They run
+// as many at once as their step does.
+func (w *Worker) consumeCompensation(ctx context.Context, c *compRunner, olds []string) error {
+	e, f, s := w.e, c.f, c.spec
+	for i, q := range append([]string{c.queue}, olds...) {
+		if i > 0 {
+			old := *c
+			old.queue = q
+			c = &old
 		}
-		if s.Compensable {
-			// Compensations run as many at once as their step does.
-			c := newCompRunner(e, f, i, w.tidier.add)
-			for _, q := range append([]string{c.queue}, oldComps...) {
-				if err := w.start(ctx, q, c.handle, broker.Existing(), broker.WithRetry(c.policy),
-					broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
-					broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, c.queue, c.outcome))); err != nil {
-					return err
-				}
-			}
+		if err := w.start(ctx, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
+			broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
+			broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, c.queue, c.outcome))); err != nil {
+			return err
 		}
 	}
-	n := &nowRunner{e: e, f: f}
-	return w.start(ctx, f.compensateNowQueue(), n.handle, broker.Existing(), broker.WithRetry(*e.cfg.Retry),
-		broker.WithCodec(f.codec), broker.OnSettle(n.settled))
+	return nil
 }
 
 func (w *Worker) start(ctx context.Context, queue string, h broker.Handler, opts ...broker.ConsumeOption) error {

@@ -86,10 +86,3 @@ func (f *flow) renamedQueues(s dsl.StepSpec) (steps, comps []string) {
 	}
 	return steps, comps
 }
-
-// migrated says what becomes of what is at step, a step this version does
-// not have: the step it goes on at, when the flow renamed it.
-func (f *flow) migrated(step string) (string, bool) {
-	n, ok := f.renamed[step]
-	return n, ok
-}

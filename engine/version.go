@@ -269,8 +269,9 @@ func (e *Engine) check(ctx context.Context, f *flow) (FlowCheck, error) {
 		if s.DeadLettered, err = e.depth(ctx, s.Queue+broker.DeadLetterSuffix); err != nil {
 			return FlowCheck{}, fmt.Errorf("check flow %q step %q: %w", f.name, step, err)
 		}
-		switch n, renamed := f.migrated(step); {
-		case renamed:
+		switch n, renamed := f.renamed[step]; {
+		case renamed && (s.Compensations == 0 || f.steps[f.index[n]].Compensable):
+			// Its compensations go on at n's only if n has one.
 			s.Fate = "goes on at " + n
 		case s.Holds():
 			s.Fate = FateStranded

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
 	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
@@ -205,7 +206,22 @@ func TestRenamedStepTakesOldRuns(t *testing.T) {
 		}
 		v2.register(dsl.Flow(v1.name, dsl.Step("a2", a2), dsl.Step("b2", appendStep(ef, "b2")).Compensate(undo("undo-b2")),
 			dsl.Delay(3*time.Second), dsl.Step("c", c), dsl.Renamed("a", "a2"), dsl.Renamed("b", "b2")))
-		check, err := v2.eng.Check(ctx, v1.name)
+		// A compensation waiting in b's compensation queue has nowhere to
+		// go in a version whose b2 has none: stranded, Renamed or not.
+		require.NoError(t, h.Admin.Transport().Publish(ctx, transport.Publishing{RoutingKey: v1.name + ".compensate.b",
+			Message: transport.Message{MessageID: "undo", Body: []byte(`{}`)}}))
+		plain := newFixture(t, h, engine.Config{Journal: j})
+		plain.name = v1.name
+		plain.register(dsl.Flow(v1.name, dsl.Step("a2", a2), dsl.Step("b2", appendStep(ef, "b2")),
+			dsl.Delay(3*time.Second), dsl.Step("c", c), dsl.Renamed("a", "a2"), dsl.Renamed("b", "b2")))
+		check, err := plain.eng.Check(ctx, v1.name)
+		require.NoError(t, err)
+		require.True(t, check.Strands(), "%+v", check.Strays)
+		check, err = v2.eng.Check(ctx, v1.name)
+		require.NoError(t, err)
+		require.False(t, check.Strands(), "b2 has a compensation: it takes b's: %+v", check.Strays)
+		require.Len(t, h.Drain(v1.name+".compensate.b"), 1)
+		check, err = v2.eng.Check(ctx, v1.name)
 		require.NoError(t, err)
 		require.False(t, check.Strands(), "%+v", check.Strays)
 		fates := map[string]string{}

@@ -111,20 +111,10 @@ func (s *SQLIdempotencyStore) placeStatements(j *SQLJournal) placeStatements {
 	q := placeStatements{
 		claim: j.limitSQL.acquireWith + s.t.render(`, granted AS (
 				SELECT EXISTS (SELECT 1 FROM mine) OR COALESCE((SELECT took FROM k), false) AS ok
-			), claimed AS (
-				INSERT INTO {{idempotency}} AS cur (key, state, holder, expires_at)
-				SELECT $8, 'claimed', $9, now() + $10 * interval '1 second' FROM granted WHERE granted.ok
-				ON CONFLICT (key) DO UPDATE
-				SET state = 'claimed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-				WHERE cur.expires_at <= now()
-				RETURNING 1
+			), claimed AS (`+fmt.Sprintf(claimInsert, `SELECT $8, 'claimed', $9, now() + $10 * interval '1 second' FROM granted WHERE granted.ok`)+`
 			)
 			SELECT (SELECT ok FROM granted), EXISTS (SELECT 1 FROM claimed)`),
-		confirm: j.limitSQL.releaseWith + s.t.render(`, confirmed AS (
-				INSERT INTO {{idempotency}} (key, state, holder, expires_at)
-				VALUES ($4, 'confirmed', $5, now() + $6 * interval '1 second')
-				ON CONFLICT (key) DO UPDATE
-				SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = NULL
+		confirm: j.limitSQL.releaseWith + s.t.render(`, confirmed AS (`+fmt.Sprintf(confirmUpsert, "$4", "$5", "$6")+`
 			)
 			SELECT key, waiting FROM freed`),
 	}

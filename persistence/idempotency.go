@@ -373,24 +373,33 @@ type idemStatements struct {
 	claim, look, reclaim, confirm, complete, completeHeld, result, forget, purge string
 }
 
-func renderIdemStatements(t Tables) idemStatements {
-	return idemStatements{
-		claim: t.render(`
+// claimInsert is the claim's upsert of the row values gives (key, holder,
+// lease in seconds): a key nobody holds live is taken, and the statement
+// returns a row when it was. confirmUpsert is the confirm's. ClaimPlace
+// and ConfirmReleasing use them with parameters of their own.
+const (
+	claimInsert = `
 			INSERT INTO {{idempotency}} AS cur (key, state, holder, expires_at)
-			VALUES ($1, 'claimed', $2, now() + $3 * interval '1 second')
+			%s
 			ON CONFLICT (key) DO UPDATE
 			SET state = 'claimed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
 			WHERE cur.expires_at <= now()
-			RETURNING 1`),
-		look: t.render(`SELECT state, expires_at > now(), holder FROM {{idempotency}} WHERE key = $1`),
+			RETURNING 1`
+	confirmUpsert = `
+			INSERT INTO {{idempotency}} (key, state, holder, expires_at)
+			VALUES (%s, 'confirmed', %s, now() + %s * interval '1 second')
+			ON CONFLICT (key) DO UPDATE
+			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = NULL`
+)
+
+func renderIdemStatements(t Tables) idemStatements {
+	return idemStatements{
+		claim: t.render(fmt.Sprintf(claimInsert, `VALUES ($1, 'claimed', $2, now() + $3 * interval '1 second')`)),
+		look:  t.render(`SELECT state, expires_at > now(), holder FROM {{idempotency}} WHERE key = $1`),
 		reclaim: t.render(`
 			UPDATE {{idempotency}} SET expires_at = now() + $3 * interval '1 second'
 			WHERE key = $1 AND state = 'claimed' AND holder = $2`),
-		confirm: t.render(`
-			INSERT INTO {{idempotency}} (key, state, holder, expires_at)
-			VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second')
-			ON CONFLICT (key) DO UPDATE
-			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = NULL`),
+		confirm: t.render(fmt.Sprintf(confirmUpsert, "$1", "$2", "$3")),
 		complete: t.render(`
 			INSERT INTO {{idempotency}} (key, state, holder, expires_at, result)
 			VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second', $4)

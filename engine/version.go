@@ -53,8 +53,10 @@ type FlowCheck struct {
 	// Versions are the flow's versions the journal remembers (this one
 	// among them once a worker of it started), the first seen first.
 	Versions []journal.FlowVersion `json:"versions"`
-	// Added are this version's steps that the last other version seen
-	// did not have, Removed that version's steps this one does not have.
+	// Before is the last other version seen ("" when there is none);
+	// Added are this version's steps that it did not have, Removed its
+	// steps this one does not have.
+	Before  string   `json:"before,omitempty"`
 	Added   []string `json:"added"`
 	Removed []string `json:"removed"`
 	// Strays are the steps, of an older version or named by runs in the
@@ -230,6 +232,7 @@ func (e *Engine) check(ctx context.Context, f *flow) (FlowCheck, error) {
 			}
 		}
 		if last != nil {
+			c.Before = last.Version
 			for _, s := range have {
 				if !slices.Contains(last.Steps, s) {
 					c.Added = append(c.Added, s)

@@ -113,6 +113,7 @@ func TestWorkerRefusesToStrandRuns(t *testing.T) {
 		require.NotEqual(t, old.Version, c.Version)
 		require.Len(t, c.Versions, 1)
 		require.Equal(t, old.Version, c.Versions[0].Version)
+		require.Equal(t, old.Version, c.Before)
 		require.Equal(t, []string{"a2"}, c.Added)
 		require.Equal(t, []string{"a"}, c.Removed)
 		require.True(t, c.Strands())

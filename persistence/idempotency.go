@@ -83,7 +83,8 @@ type SQLIdempotencyStore struct {
 	// takes it back.
 	mu  sync.Mutex
 	own map[string]*idemOwn
-	// places are the ClaimPlace statements rendered so far.
+	// places are the ClaimPlace and ConfirmReleasing statements rendered
+	// so far.
 	places placeClaims
 }
 

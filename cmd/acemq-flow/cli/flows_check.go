@@ -79,17 +79,11 @@ func writeChecks(cmd *cobra.Command, checks []engine.FlowCheck) error {
 	t := newTable(cmd.OutOrStdout())
 	t.row("FLOW", "VERSION", "BEFORE", "ADDED", "REMOVED", "RESULT")
 	for _, c := range checks {
-		before := "-"
-		for _, v := range c.Versions {
-			if v.Version != c.Version {
-				before = v.Version
-			}
-		}
 		result := "nothing stranded"
 		if c.Strands() {
 			result = "would strand runs (below)"
 		}
-		t.row(c.Flow, c.Version, before, orDash(strings.Join(c.Added, ", ")), orDash(strings.Join(c.Removed, ", ")), result)
+		t.row(c.Flow, c.Version, orDash(c.Before), orDash(strings.Join(c.Added, ", ")), orDash(strings.Join(c.Removed, ", ")), result)
 	}
 	if err := t.flush(); err != nil {
 		return err

@@ -41,3 +41,7 @@ func (e *BuildError) Unwrap() error { return e.Err }
 
 // Is makes a BuildError match ErrInvalidFlow.
 func (e *BuildError) Is(target error) bool { return target == ErrInvalidFlow }
+
+// ErrStepRemoved is the reason a run fails at a step its flow says was
+// removed without a destination (Removed(old)).
+var ErrStepRemoved = errors.New("the step was removed from the flow (dsl.Removed)")

@@ -78,3 +78,39 @@ func ExampleFlow_buildError() {
 	// flow "place-order": step "wrap": When "payload.gfit": type dsl_test.Purchase has no field gfit (column 9)
 	// true
 }
+
+// PurchaseV1 is what the examples' flow took before amounts were added.
+type PurchaseV1 struct {
+	ID string `json:"id"`
+}
+
+// A flow changed while runs are in flight says what became of its old
+// steps: "bill" was called "charge", "fraud" is gone and its runs go on at
+// "ship", and runs started on the old route take the new one from their
+// next step, their payload mapped where "ship" now takes another type.
+// `acemq-flow flows check` shows what each does to the runs in flight.
+func ExampleRemoved() {
+	placeOrder := dsl.Flow("place-order",
+		dsl.Step("bill", chargeCard).Compensate(refundCard),
+		dsl.Step("wrap", giftWrap).When(`payload.gift`),
+		dsl.Step("ship", handOver),
+		dsl.Renamed("charge", "bill"),
+		dsl.Removed("fraud", dsl.To("ship")),
+		dsl.Adopt(dsl.MapPayload("ship", func(_ context.Context, old PurchaseV1) (Purchase, error) {
+			return Purchase{ID: old.ID}, nil
+		})),
+	)
+	if err := placeOrder.Err(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, m := range placeOrder.Migrations() {
+		fmt.Printf("%+v\n", m)
+	}
+	adopts, maps := placeOrder.Adopts()
+	fmt.Println("adopts:", adopts, "maps ship:", maps["ship"].Map != nil)
+	// Output:
+	// {Old:charge New:bill Removed:false}
+	// {Old:fraud New:ship Removed:true}
+	// adopts: true maps ship: true
+}

@@ -41,6 +41,7 @@ type FlowDef struct {
 	crons         []CronSpec
 	cronIn        []reflect.Type
 	migrations    []Migration
+	adopt         *adoptPart
 	err           error
 }
 
@@ -112,6 +113,11 @@ func (f *FlowDef) build(parts []Part) error {
 				return f.fail("", "%w", p.err)
 			}
 			f.migrations = append(f.migrations, p.m)
+		case *adoptPart:
+			if f.adopt != nil {
+				return f.fail("", "Adopt twice")
+			}
+			f.adopt = p
 		case *settingPart:
 			if p.err != nil {
 				return f.fail("", "%w", p.err)

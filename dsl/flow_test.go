@@ -168,7 +168,7 @@ func TestBuildErrors(t *testing.T) {
 		{"Renamed to a step it lacks", dsl.Flow("f", dsl.Step("a", pass), dsl.Renamed("old", "nope")),
 			`flow "f": step "nope": Renamed("old", "nope"): the flow has no step "nope"`},
 		{"Renamed twice", dsl.Flow("f", dsl.Step("a", pass), dsl.Step("b", pass), dsl.Renamed("old", "a"), dsl.Renamed("old", "b")),
-			`flow "f": step "old": Renamed("old", ...) twice`},
+			`flow "f": step "old": "old" renamed or removed twice`},
 		{"Renamed from a bad name", dsl.Flow("f", dsl.Step("a", pass), dsl.Renamed("o.ld", "a")),
 			`flow "f": Renamed("o.ld", "a"): "o.ld" is not a step name`},
 		{"Renamed from compensate", dsl.Flow("f", dsl.Step("a", pass), dsl.Renamed("compensate", "a")),

@@ -221,11 +221,14 @@ func (e *Engine) wakeWaiting(ctx context.Context, run journal.Run) error {
 	if err != nil || e.joins == nil || run.Status != journal.Waiting {
 		return nil
 	}
-	pos, w := f.wait(run.Step)
+	pos, w := f.wait(f.renamed.of(run.Step))
 	if w == nil {
 		return nil
 	}
 	key := waitKey(run.Replays, pos, run.Step)
+	if k, ok := f.waitedKey(run, f.renamed.of(run.Step)); ok {
+		key = k
+	}
 	dec, err := e.joins.Settle(ctx, run.ID, key, waitSignal, journal.Settled{Output: []byte("cancelled")})
 	switch {
 	case errors.Is(err, journal.ErrJoinNotFound), errors.Is(err, journal.ErrInvalidJoin):

@@ -83,6 +83,13 @@ func (e *Engine) nextCompensation(ctx context.Context, f *flow, m *broker.Messag
 	for len(entries) > 0 {
 		entry := entries[len(entries)-1]
 		entries = entries[:len(entries)-1]
+		if s := f.spec(entry.Step); !s.Compensable && !f.isRemoved(entry.Step) {
+			// Renamed to a step without one: nothing in this version undoes it.
+			e.log.Error("a step cannot be compensated: this version of the flow has no compensation for it; the run will be unresolved",
+				slog.String("flow", f.name), slog.String("run_id", m.RunID), slog.String("step", entry.Step))
+			cs.Unresolved = append(cs.Unresolved, entry.Step)
+			continue
+		}
 		body, err := e.entryBody(ctx, m.RunID, entry)
 		if errors.Is(err, journal.ErrDataNotFound) {
 			e.log.Error("a step cannot be compensated: what it returned is no longer kept; the run will be unresolved",
@@ -146,6 +153,9 @@ type compRunner struct {
 	// tidy takes a run's message out of a dead-letter queue once its held
 	// compensation starts (the worker's tidier).
 	tidy func(queue, runID string)
+	// removed says the step was removed from the flow (dsl.Removed): its
+	// compensations are given up, and those before them go on.
+	removed bool
 }
 
 // compAttempt is one delivery of a compensation, as its handler saw it:
@@ -185,6 +195,9 @@ func (c *compRunner) decide(ctx context.Context, a *compAttempt) broker.Ack {
 	a.last = len(d.comp.Remaining) == 0
 	if err := c.e.overDeliveryLimit(d); err != nil {
 		return c.failed(ctx, a, broker.Fatal(err))
+	}
+	if c.removed {
+		return c.failed(ctx, a, broker.Fatal(fmt.Errorf("compensation of step %q: %w", c.spec.Name, dsl.ErrStepRemoved)))
 	}
 	held := d.comp.Held && d.comp.K == 0
 	if held {

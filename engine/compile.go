@@ -34,8 +34,9 @@ type flow struct {
 	forks bool
 	// version is the fingerprint of what the flow compiles to.
 	version string
-	// renamed are the steps the flow says were renamed (dsl.Renamed).
-	renamed renames
+	// migrations are what the flow says became of its earlier versions'
+	// steps (dsl.Renamed, dsl.Removed, dsl.Adopt).
+	migrations
 
 	declareMu sync.Mutex
 	declared  bool
@@ -46,7 +47,7 @@ func compile(def *dsl.FlowDef, cfg Config) (*flow, error) {
 	if err := def.Err(); err != nil {
 		return nil, err
 	}
-	f := &flow{def: def, name: def.Name(), steps: def.Steps(), index: map[string]int{}, codec: def.Codec(), hold: def.HoldForReplay(), version: version(def), renamed: renamesOf(def)}
+	f := &flow{def: def, name: def.Name(), steps: def.Steps(), index: map[string]int{}, codec: def.Codec(), hold: def.HoldForReplay(), version: version(def), migrations: migrationsOf(def)}
 	for _, s := range def.Steps() {
 		if s.Fork != nil {
 			f.forks = true
@@ -85,7 +86,7 @@ func compile(def *dsl.FlowDef, cfg Config) (*flow, error) {
 		}
 	}
 	f.bind(f.compensateNowQueue(), compensateKey)
-	f.bindRenamed()
+	f.bindMigrated()
 	return f, nil
 }
 
@@ -125,13 +126,18 @@ func (f *flow) compensateNowQueue() string { return f.name + "." + compensateKey
 
 // workedQueues are the step queues the flow's workers consume: each
 // step's but an External one's, and those of the steps' old names
-// (dsl.Renamed).
+// (dsl.Renamed, dsl.Removed).
 func (f *flow) workedQueues() []string {
 	var out []string
 	for _, s := range f.steps {
 		if !s.External {
 			olds, _ := f.renamedQueues(s)
 			out = append(append(out, f.queue(s.Name)), olds...)
+		}
+	}
+	for old, to := range f.removed {
+		if to == "" {
+			out = append(out, f.queue(old))
 		}
 	}
 	return out
@@ -207,6 +213,9 @@ type StepInfo struct {
 	// RenamedFrom are the names the step had in earlier versions
 	// (dsl.Renamed), whose queues its workers consume too.
 	RenamedFrom []string `json:"renamed_from,omitempty"`
+	// TakesRemoved are the steps of earlier versions whose runs go on at
+	// this one (dsl.Removed with To), whose queues its workers consume too.
+	TakesRemoved []string `json:"takes_removed,omitempty"`
 	// OnFork and OnBranch name the fork a step is on a branch of, and
 	// which branch ("" and 0 on the flow's own route).
 	OnFork   string `json:"on_fork,omitempty"`
@@ -294,7 +303,10 @@ func (f *flow) info(cfg Config) FlowInfo {
 			si.OnFork, si.OnBranch = on.fork, on.branch
 		}
 		for _, m := range f.def.Migrations() {
-			if m.New == s.Name {
+			switch {
+			case m.New == s.Name && m.Removed:
+				si.TakesRemoved = append(si.TakesRemoved, m.Old)
+			case m.New == s.Name:
 				si.RenamedFrom = append(si.RenamedFrom, m.Old)
 			}
 		}
@@ -371,7 +383,7 @@ type hop struct {
 // foreign publisher's mistake, which no step of this flow can route.
 func (f *flow) knows(route []string) error {
 	for _, name := range route {
-		if _, ok := f.index[name]; !ok {
+		if _, ok := f.index[name]; !ok && !f.isRemoved(name) {
 			return fmt.Errorf("%w: the message's route %q names %q, which flow %q does not have", ErrUnknownStep, route, name, f.name)
 		}
 	}
@@ -388,7 +400,7 @@ func (f *flow) plan(route []string, pos int, payload any, now time.Time) (hop, e
 	}
 	h := hop{next: pos + 1}
 	for ; h.next < len(route); h.next++ {
-		s := f.steps[f.index[route[h.next]]]
+		s := f.spec(route[h.next])
 		if s.When == nil {
 			break
 		}
@@ -404,7 +416,7 @@ func (f *flow) plan(route []string, pos int, payload any, now time.Time) (hop, e
 	if h.next == len(route) {
 		return h, nil
 	}
-	s := f.steps[f.index[route[h.next]]]
+	s := f.spec(route[h.next])
 	switch {
 	case s.Delay > 0:
 		h.due = now.Add(s.Delay)
@@ -419,3 +431,16 @@ func (f *flow) plan(route []string, pos int, payload any, now time.Time) (hop, e
 	}
 	return h, nil
 }
+
+// spec is the step called name; a step the flow removed (dsl.Removed),
+// which a route of an older version may still name, has no condition and
+// no delay: its queue's worker sends the run on or fails it.
+func (f *flow) spec(name string) dsl.StepSpec {
+	if i, ok := f.index[name]; ok {
+		return f.steps[i]
+	}
+	return dsl.StepSpec{Name: name}
+}
+
+// isRemoved reports whether the flow says it removed step (dsl.Removed).
+func (f *flow) isRemoved(step string) bool { _, ok := f.removed[step]; return ok }

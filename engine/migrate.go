@@ -1,20 +1,46 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"slices"
 
+	"github.com/acemq/acemq-flow/broker"
 	"github.com/acemq/acemq-flow/dsl"
 )
 
 // renames are a flow's Renamed migrations, new name by old.
 type renames map[string]string
 
-func renamesOf(def *dsl.FlowDef) renames {
-	r := renames{}
+// migrations are what a flow says became of the steps of its earlier
+// versions, and whether runs on an older route adopt its current one.
+type migrations struct {
+	renamed renames
+	// removed are the steps the flow says it removed (dsl.Removed), by
+	// name: the step their runs go on at, "" when they fail there.
+	removed map[string]string
+	// adopt says dsl.Adopt; maps are its payload maps, by step.
+	adopt bool
+	maps  map[string]dsl.PayloadMap
+	// own is the flow's own route: its steps, not its branches'.
+	own []string
+}
+
+func migrationsOf(def *dsl.FlowDef) migrations {
+	ms := migrations{renamed: renames{}, removed: map[string]string{}}
 	for _, m := range def.Migrations() {
-		r[m.Old] = m.New
+		if m.Removed {
+			ms.removed[m.Old] = m.New
+		} else {
+			ms.renamed[m.Old] = m.New
+		}
 	}
-	return r
+	ms.adopt, ms.maps = def.Adopts()
+	for _, s := range def.Steps() {
+		ms.own = append(ms.own, s.Name)
+	}
+	return ms
 }
 
 // migrate renames, in what d carries, the steps the flow says were
@@ -34,6 +60,58 @@ func (f *flow) migrate(d *delivery) {
 	}
 	d.state.Compensate = f.renamed.entries(d.state.Compensate)
 	d.comp.Remaining = f.renamed.entries(d.comp.Remaining)
+}
+
+// reroute gives a step's message the route the flow now has where the
+// flow says so: a run at a step removed To another goes on at that step
+// and on the flow's route from there (dsl.Removed), and, when the flow
+// says dsl.Adopt, a run whose route from its step differs from the flow's
+// takes the flow's. adopted reports that the route changed. A message on
+// a branch, or travelling as a routing slip, keeps its route.
+func (f *flow) reroute(d *delivery) (adopted bool) {
+	if (len(f.removed) == 0 && !f.adopt) || d.branch != nil || d.slip != nil || d.pos < 0 || d.pos >= len(d.route) {
+		return false
+	}
+	if to, ok := f.removed[d.step()]; ok && to != "" {
+		k := slices.Index(f.own, to)
+		d.route = append(append(slices.Clip(slices.Clone(d.route[:d.pos])), to), f.own[k+1:]...)
+		return true
+	}
+	if !f.adopt {
+		return false
+	}
+	k := slices.Index(f.own, d.step())
+	if k < 0 {
+		return false
+	}
+	if want := f.own[k+1:]; !slices.Equal(d.route[d.pos+1:], want) {
+		d.route = append(slices.Clip(slices.Clone(d.route[:d.pos+1])), want...)
+		return true
+	}
+	return false
+}
+
+// mapPayload gives the step the payload its dsl.MapPayload makes of what a
+// run on an older route brought it: d's message, with the new body, is a
+// copy.
+func (r *stepRunner) mapPayload(ctx context.Context, d *delivery) error {
+	pm, ok := r.f.maps[r.spec.Name]
+	if !ok {
+		return nil
+	}
+	v, err := pm.Map(ctx, decoder(d.m))
+	if err != nil {
+		return fmt.Errorf("map the payload of a run on an older route: %w", err)
+	}
+	body, err := r.f.codec.Encode(v)
+	if err != nil {
+		return fmt.Errorf("encode the payload MapPayload(%q) returned: %w", r.spec.Name, err)
+	}
+	m := *d.m
+	m.Body = body
+	d.m = &m
+	r.e.log.Debug("a run on an older route adopted the flow's", slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.String("step", r.spec.Name))
+	return nil
 }
 
 func (r renames) has(step string) bool { _, ok := r[step]; return ok }
@@ -59,30 +137,60 @@ func (r renames) entries(entries []compEntry) []compEntry {
 	return out
 }
 
-// bindRenamed adds to the flow's topology the queues of the steps it
-// renamed, bound as they were, so that what an older version's workers
-// still send lands where this version's workers take it: the old step's
-// queue, and its compensation's when the new step has one.
-func (f *flow) bindRenamed() {
+// bindMigrated adds to the flow's topology the queues of the steps it
+// renamed or removed, bound as they were, so that what an older version's
+// workers still send lands where this version's workers take it: the old
+// step's queue, and its compensation's when the new step has one or the
+// step was removed (its compensations are then given up, not left).
+func (f *flow) bindMigrated() {
 	for _, m := range f.def.Migrations() {
 		f.bind(f.queue(m.Old), m.Old)
-		if f.steps[f.index[m.New]].Compensable {
+		if m.Removed || f.steps[f.index[m.New]].Compensable {
 			f.bind(f.compensationQueue(m.Old), compensateKey+"."+m.Old)
 		}
 	}
 }
 
 // renamedQueues are the queues of old names a worker of step s consumes
-// as s's (dsl.Renamed), and, when s has a compensation, those of the old
-// names' compensations.
+// as s's (dsl.Renamed, dsl.Removed To s), and, when s has a compensation,
+// those of its old names' compensations.
 func (f *flow) renamedQueues(s dsl.StepSpec) (steps, comps []string) {
 	for _, m := range f.def.Migrations() {
 		if m.New == s.Name {
 			steps = append(steps, f.queue(m.Old))
-			if s.Compensable {
+			if s.Compensable && !m.Removed {
 				comps = append(comps, f.compensationQueue(m.Old))
 			}
 		}
 	}
 	return steps, comps
+}
+
+// removedRunners are, for each step the flow removed, the runner of its
+// compensation's queue, which gives each compensation up (the run is
+// unresolved, the compensations before it go on), and, for a step
+// removed without To, the runner of its queue, which fails each run there
+// (dsl.ErrStepRemoved).
+func (f *flow) removedRunners(e *Engine, tidy func(queue, runID string)) (steps []*stepRunner, comps []*compRunner) {
+	for _, m := range f.def.Migrations() {
+		if !m.Removed {
+			continue
+		}
+		spec := dsl.StepSpec{Name: m.Old, Compensable: true}
+		if m.New == "" {
+			steps = append(steps, &stepRunner{e: e, f: f, spec: spec, policy: *e.cfg.Retry, queue: f.queue(m.Old),
+				spanName: "step " + f.name + "/" + m.Old, tidy: tidy, forks: map[string]*stepRunner{}})
+		}
+		comps = append(comps, &compRunner{e: e, f: f, spec: spec, policy: *e.cfg.Retry, queue: f.compensationQueue(m.Old), tidy: tidy, removed: true})
+	}
+	return steps, comps
+}
+
+// removedHere fails a run at a step the flow removed without saying where
+// its runs go.
+func (r *stepRunner) removedHere(ctx context.Context, a *stepAttempt) (broker.Ack, bool) {
+	if to, ok := r.f.removed[a.d.step()]; !ok || to != "" {
+		return broker.Ack{}, false
+	}
+	return r.giveUp(ctx, a, a.d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, a.d.step(), dsl.ErrStepRemoved))), true
 }

@@ -99,6 +99,9 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) (S
 		return fail(err)
 	}
 	key := waitKey(run.Replays, pos, name)
+	if k, ok := f.waitedKey(run, name); ok {
+		key = k
+	}
 	if _, _, err := e.joins.OpenJoin(ctx, journal.Join{RunID: runID, Key: key, Total: 2, Limit: 2}, nil); err != nil {
 		return fail(err)
 	}
@@ -162,6 +165,24 @@ func (e *Engine) resumeWait(ctx context.Context, runID, key string) error {
 		return fmt.Errorf("resume run %s: %w", runID, err)
 	}
 	return nil
+}
+
+// waitedKey is the key of the wait a waiting run is at (or is held on the
+// ladder before), when that is name or a name name had before
+// (dsl.Renamed): the key the wait opens, from the name and the position
+// the run has on the route it carries, which differ from the flow's own
+// when an earlier version named the wait otherwise or had other steps
+// before it. The position is the stage of
+// the run's last event (journal.Seq: a step's position plus one).
+func (f *flow) waitedKey(run journal.Run, name string) (string, bool) {
+	if run.Status != journal.Waiting || run.Seq < 0 || f.renamed.of(run.Step) != name {
+		return "", false
+	}
+	stage := int(run.Seq>>24) & 0xffffff
+	if stage < 1 || stage >= journal.CompensationStage {
+		return "", false
+	}
+	return waitKey(run.Replays, stage-1, run.Step), true
 }
 
 // wait is the flow's WaitFor step called name and its position.

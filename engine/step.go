@@ -70,9 +70,11 @@ type stepRunner struct {
 // BeforeSettle function and its settle hook read (from the Ack's note).
 type stepAttempt struct {
 	recording
-	d      delivery
-	result stepResult
-	plan   hop
+	d delivery
+	// adopted says the flow gave the run its current route (flow.reroute).
+	adopted bool
+	result  stepResult
+	plan    hop
 	// resentTo is the step a kept hop was sent again to, when the kept
 	// record did not say where the run went (see kept.planned).
 	resentTo string
@@ -180,6 +182,7 @@ func newStepRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *s
 func (r *stepRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	a := &stepAttempt{d: readStep(m), result: resultFailed, recording: recording{start: r.e.now()}}
 	r.f.migrate(&a.d)
+	a.adopted = r.f.reroute(&a.d)
 	return noted(r.decide(ctx, a), a)
 }
 
@@ -237,6 +240,9 @@ func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 	if d.err != nil {
 		return broker.Reject(broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, d.err)))
 	}
+	if ack, removed := r.removedHere(ctx, a); removed {
+		return ack
+	}
 	if d.step() != r.spec.Name {
 		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("%w: flow %q step %q got a message for step %q", ErrMisrouted, r.f.name, r.spec.Name, d.step())))
 	}
@@ -245,6 +251,11 @@ func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 	}
 	if err := r.e.overDeliveryLimit(d); err != nil {
 		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
+	}
+	if a.adopted {
+		if err := r.mapPayload(ctx, d); err != nil {
+			return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
+		}
 	}
 	if arriving := d.branch != nil && r.spec.Fork != nil; !arriving {
 		why, cancelled := r.e.cancels.why(d.m.RunID)

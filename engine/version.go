@@ -89,8 +89,10 @@ type StrayStep struct {
 	// the journal name it).
 	Versions []string `json:"versions,omitempty"`
 	// Fate is what becomes of what is there: "stranded" (nothing takes
-	// it), "goes on at <step>" (the flow renamed the step), or "nothing
-	// there".
+	// it), "goes on at <step>" (the flow renamed the step, or removed it
+	// To that step), FateFails (removed without To), or "nothing there";
+	// for a removed step that has compensations queued, "; its
+	// compensations are given up" follows.
 	Fate string `json:"fate"`
 }
 
@@ -101,6 +103,9 @@ func (s StrayStep) Holds() bool { return s.Runs+s.Messages+s.Compensations > 0 }
 const (
 	FateStranded = "stranded"
 	FateNothing  = "nothing there"
+	// FateFails: the runs there fail at the step (dsl.Removed without To),
+	// compensated as any failed run is, and replayable from another step.
+	FateFails = "fails there (dsl.Removed)"
 )
 
 // version is the fingerprint of what a flow compiles to: its steps in
@@ -272,14 +277,22 @@ func (e *Engine) check(ctx context.Context, f *flow) (FlowCheck, error) {
 		if s.DeadLettered, err = e.depth(ctx, s.Queue+broker.DeadLetterSuffix); err != nil {
 			return FlowCheck{}, fmt.Errorf("check flow %q step %q: %w", f.name, step, err)
 		}
+		to, removed := f.removed[step]
 		switch n, renamed := f.renamed[step]; {
 		case renamed && (s.Compensations == 0 || f.steps[f.index[n]].Compensable):
 			// Its compensations go on at n's only if n has one.
 			s.Fate = "goes on at " + n
+		case removed && to != "":
+			s.Fate = "goes on at " + to
+		case removed:
+			s.Fate = FateFails
 		case s.Holds():
 			s.Fate = FateStranded
 		default:
 			s.Fate = FateNothing
+		}
+		if removed && s.Compensations > 0 {
+			s.Fate += "; its compensations are given up"
 		}
 		c.Strays = append(c.Strays, *s)
 	}

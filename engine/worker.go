@@ -213,6 +213,17 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 			}
 		}
 	}
+	steps, comps := f.removedRunners(e, w.tidier.add)
+	for _, r := range steps {
+		if err := w.consumeStep(ctx, r, nil); err != nil {
+			return err
+		}
+	}
+	for _, c := range comps {
+		if err := w.consumeCompensation(ctx, c, nil); err != nil {
+			return err
+		}
+	}
 	n := &nowRunner{e: e, f: f}
 	return w.start(ctx, f.compensateNowQueue(), n.handle, broker.Existing(), broker.WithRetry(*e.cfg.Retry),
 		broker.WithCodec(f.codec), broker.OnSettle(n.settled))

@@ -17,7 +17,7 @@ func (a *app) flowsCommand() *cobra.Command {
 		Use:   "flows",
 		Short: "List the flows of this binary, or show what one becomes",
 	}
-	cmd.AddCommand(a.flowsListCommand(), a.flowsShowCommand(), a.flowsCheckCommand())
+	cmd.AddCommand(a.flowsListCommand(), a.flowsShowCommand(), a.flowsCheckCommand(), a.flowsDeleteDrainedCommand())
 	return cmd
 }
 

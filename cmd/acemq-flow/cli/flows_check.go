@@ -114,9 +114,75 @@ func writeChecks(cmd *cobra.Command, checks []engine.FlowCheck) error {
 	for _, c := range checks {
 		if c.Strands() {
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), "\nto resolve what is stranded: run the version that has the step until its queues are empty, "+
-				"then deploy this one; or, if the step was renamed, say so in the flow: dsl.Renamed(old, new)")
+				"then deploy this one; or say in the flow what became of the step: dsl.Renamed(old, new), "+
+				"dsl.Removed(old, dsl.To(step)) or dsl.Removed(old)")
 			return err
 		}
 	}
 	return nil
+}
+
+func (a *app) flowsDeleteDrainedCommand() *cobra.Command {
+	var (
+		bf     brokerFlags
+		output outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "delete-drained [flow...]",
+		Short: "After a deploy: delete the queues of steps the flows no longer have, once they are empty",
+		Long: "Delete the queues of each step this binary's flows (or the named ones) no longer have, as\n" +
+			"`flows check` lists them: the step's queue and its compensation's, with their dead-letter\n" +
+			"and parked queues. A step's queues are left, with the reason, while any of them holds a\n" +
+			"message (failed runs in its dead-letter queue included), while something consumes one (a\n" +
+			"worker of an older version), or while the flow still says dsl.Renamed or dsl.Removed for it.\n" +
+			"The queues are unbound before they are looked at a last time and deleted, so that nothing\n" +
+			"can arrive in between.",
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			if len(a.flows) == 0 {
+				return fmt.Errorf("flows delete-drained: %w", ErrNoFlows)
+			}
+			s, err := a.openSession(cmd, sessionConfig{broker: bf,
+				noDatabase: "acemq-flow: no --database-url: only this process's journal is looked at, which knows no versions before this one"})
+			if err != nil {
+				return err
+			}
+			defer s.close(cmd.Context(), &err)
+			names := args
+			if len(names) == 0 {
+				for _, fi := range s.eng.Flows() {
+					names = append(names, fi.Name)
+				}
+			}
+			type flowDrained struct {
+				Flow  string               `json:"flow"`
+				Steps []engine.DrainedStep `json:"steps"`
+			}
+			out := make([]flowDrained, 0, len(names))
+			for _, name := range names {
+				steps, err := s.eng.DeleteDrained(cmd.Context(), name)
+				if err != nil {
+					return err
+				}
+				out = append(out, flowDrained{Flow: name, Steps: steps})
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			t := newTable(cmd.OutOrStdout())
+			t.row("FLOW", "STEP", "QUEUES", "RESULT")
+			for _, f := range out {
+				for _, d := range f.Steps {
+					result := "deleted"
+					if !d.Deleted {
+						result = "left: " + d.Left
+					}
+					t.row(f.Flow, d.Step, strings.Join(d.Queues, ", "), result)
+				}
+			}
+			return t.flush()
+		},
+	}
+	bf.add(cmd)
+	addOutputFlag(cmd, &output)
+	return cmd
 }

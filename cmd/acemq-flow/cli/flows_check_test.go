@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/broker/transport"
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 )
@@ -84,4 +85,19 @@ func TestFlowsCheck(t *testing.T) {
 	r = fx.runEnv(v2, "flows", "check")
 	require.Zero(t, r.code, "%s%s", r.stdout, r.stderr)
 	require.NotContains(t, r.stdout, "would strand")
+
+	// Drained: the old step's queues can go.
+	validate := fx.flow("orders") + ".validate"
+	exists := func(q string) bool {
+		_, err := fx.h.Admin.Transport().Inspect(t.Context(), q)
+		require.True(t, err == nil || transport.IsCode(err, transport.NotFound), "%v", err)
+		return err == nil
+	}
+	require.True(t, exists(validate))
+	r = fx.runEnv(v2, "flows", "delete-drained", fx.flow("orders"))
+	require.Zero(t, r.code, "%s%s", r.stdout, r.stderr)
+	require.Regexp(t, `(?m)^`+fx.flow("orders")+`\s+validate\s+.*`+validate+`\.dlq.*\s+deleted$`, r.stdout)
+	for _, q := range []string{validate, validate + broker.DeadLetterSuffix, validate + broker.ParkedSuffix} {
+		require.False(t, exists(q), q)
+	}
 }

@@ -40,6 +40,14 @@ type BulkReplay struct {
 	Rate float64
 	// DryRun selects and filters, and moves nothing.
 	DryRun bool
+	// From, when set, replays each chosen run from that step instead
+	// (ReplayFrom): runs in any of Statuses (failed when none is given)
+	// are chosen, which must be statuses ReplayFrom applies to (completed,
+	// ended, failed, compensated), and Reason is recorded on each replay.
+	// A run ReplayFrom refuses is listed in Refused, and the others go on.
+	From     string
+	Statuses []journal.Status
+	Reason   string
 	// Selected hears the selection once it is made, before anything
 	// moves: Matched is the total Progress counts towards.
 	Selected func(BulkResult)
@@ -67,12 +75,38 @@ type BulkResult struct {
 	// could be in (or that were parked: replaying cannot help them).
 	NotFound []string `json:"not_found"`
 	// NotFailed lists runs of RunIDs the journal does not know or that are
-	// not failed (any more): left alone.
+	// not failed (any more; for a replay from a step, in none of its
+	// Statuses): left alone.
 	NotFailed []string `json:"not_failed,omitempty"`
+	// Refused lists the runs a replay from a step (BulkReplay.From)
+	// refused, with why.
+	Refused []BulkRefusal `json:"refused,omitempty"`
 	// Interrupted says ctx ended first: what is counted was done, the
 	// rest not started, nothing half-moved.
 	Interrupted bool `json:"interrupted,omitempty"`
 	DryRun      bool `json:"dry_run,omitempty"`
+}
+
+// BulkRefusal is a run a bulk replay from a step did not replay, and why
+// (ReplayFrom's error).
+type BulkRefusal struct {
+	RunID  string `json:"run_id"`
+	Reason string `json:"reason"`
+}
+
+// statuses are the statuses of the runs req chooses: failed, unless a
+// replay from a step says otherwise.
+func (req BulkReplay) statuses() ([]journal.Status, error) {
+	if len(req.Statuses) == 0 {
+		return []journal.Status{journal.Failed}, nil
+	}
+	for _, s := range req.Statuses {
+		if req.From == "" && s != journal.Failed || !ReplayableFrom(s) {
+			return nil, fmt.Errorf("%w: bulk replay of %s runs: a replay takes failed runs, a replay from a step (From) completed, ended, failed or compensated ones",
+				ErrInvalidConfig, s)
+		}
+	}
+	return req.Statuses, nil
 }
 
 // ReplayBulk replays failed runs chosen by req: each run's given-up
@@ -85,15 +119,22 @@ type BulkResult struct {
 // was done (Interrupted, and a nil error); nothing is half-moved (a
 // message is acknowledged only once its copy is confirmed).
 //
+// With req.From it replays each chosen run from that step instead, one
+// ReplayFrom each (see BulkReplay.From).
+//
 // It refuses, before anything is read or moved: an unknown Flow
-// (ErrUnknownFlow), and an invalid Where, a negative Limit or Rate
-// (ErrInvalidConfig).
+// (ErrUnknownFlow), and an invalid Where, a negative Limit or Rate, or
+// Statuses a replay does not apply to (ErrInvalidConfig).
 func (e *Engine) ReplayBulk(ctx context.Context, req BulkReplay) (BulkResult, error) {
 	res := BulkResult{DryRun: req.DryRun, Replayed: []string{}, NotFound: []string{}}
 	if req.Limit < 0 || req.Rate < 0 {
 		return res, fmt.Errorf("%w: bulk replay: limit %d and rate %g must not be negative", ErrInvalidConfig, req.Limit, req.Rate)
 	}
 	w, err := e.compileWhere(req)
+	if err != nil {
+		return res, err
+	}
+	statuses, err := req.statuses()
 	if err != nil {
 		return res, err
 	}
@@ -113,7 +154,7 @@ func (e *Engine) ReplayBulk(ctx context.Context, req BulkReplay) (BulkResult, er
 			req.Progress(r)
 		}
 	}
-	sel := selection{e: e, req: req, where: w, limit: limit, res: &res, report: report}
+	sel := selection{e: e, req: req, where: w, limit: limit, res: &res, report: report, statuses: statuses}
 	runs, err := sel.choose(ctx)
 	if ctx.Err() != nil {
 		res.Interrupted = true
@@ -125,6 +166,9 @@ func (e *Engine) ReplayBulk(ctx context.Context, req BulkReplay) (BulkResult, er
 	res.Matched = len(runs)
 	if req.Selected != nil {
 		req.Selected(res)
+	}
+	if req.From != "" {
+		return e.replayBulkFrom(ctx, req, runs, &res, &mu, report)
 	}
 	byQueue := map[string]map[string]journal.Run{}
 	var order []string
@@ -301,4 +345,34 @@ func (p *pacer) wait(ctx context.Context) bool {
 	}
 	p.next = now.Add(p.every)
 	return true
+}
+
+// replayBulkFrom replays each of runs from req.From (ReplayFrom), at most
+// req.Rate a second, stopping between runs once ctx ends; a dry run only
+// lists them.
+func (e *Engine) replayBulkFrom(ctx context.Context, req BulkReplay, runs []journal.Run, res *BulkResult, mu *sync.Mutex, report func()) (BulkResult, error) {
+	if req.DryRun {
+		for _, r := range runs {
+			res.Replayed = append(res.Replayed, r.ID)
+		}
+		slices.Sort(res.Replayed)
+		return *res, nil
+	}
+	pace := newPacer(req.Rate)
+	for _, r := range runs {
+		if !pace.wait(ctx) {
+			res.Interrupted = true
+			break
+		}
+		_, err := e.ReplayFrom(context.WithoutCancel(ctx), r.ID, ReplayFromRequest{Step: req.From, Reason: req.Reason})
+		mu.Lock()
+		if err != nil {
+			res.Refused = append(res.Refused, BulkRefusal{RunID: r.ID, Reason: err.Error()})
+		} else {
+			res.Replayed = append(res.Replayed, r.ID)
+		}
+		mu.Unlock()
+		report()
+	}
+	return *res, nil
 }

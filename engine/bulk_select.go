@@ -118,12 +118,14 @@ func (e *Engine) matches(ctx context.Context, w *where, r journal.Run) bool {
 // selection is what a bulk replay chose, and counts what it looked at on
 // the way (into res, reporting each run declined).
 type selection struct {
-	e      *Engine
-	req    BulkReplay
-	where  *where
-	limit  int
-	res    *BulkResult
-	report func()
+	// statuses are those of the runs chosen (BulkReplay.statuses).
+	statuses []journal.Status
+	e        *Engine
+	req      BulkReplay
+	where    *where
+	limit    int
+	res      *BulkResult
+	report   func()
 }
 
 // choose returns the runs to replay: those of req.RunIDs, or the failed
@@ -138,7 +140,7 @@ func (s *selection) choose(ctx context.Context) ([]journal.Run, error) {
 		// Every run read is taken.
 		size = min(s.limit, bulkPage)
 	}
-	pages := newRunPages(s.e.journal, journal.Query{Flow: s.req.Flow, Statuses: []journal.Status{journal.Failed}, Since: s.req.Since}, size)
+	pages := newRunPages(s.e.journal, journal.Query{Flow: s.req.Flow, Statuses: s.statuses, Since: s.req.Since}, size)
 	var chosen []journal.Run
 	for len(chosen) < s.limit {
 		page, err := pages.next(ctx)
@@ -176,7 +178,7 @@ func (s *selection) byID(ctx context.Context) ([]journal.Run, error) {
 		seen[id] = true
 		r, err := s.e.journal.Run(ctx, id)
 		switch {
-		case errors.Is(err, journal.ErrRunNotFound) || err == nil && r.Status != journal.Failed:
+		case errors.Is(err, journal.ErrRunNotFound) || err == nil && !slices.Contains(s.statuses, r.Status):
 			s.res.NotFailed = append(s.res.NotFailed, id)
 			s.report()
 			continue

@@ -148,6 +148,10 @@ func (r *stepRunner) events(a *stepAttempt, s broker.Settlement, now time.Time) 
 		StartedAt: s.Started, EndedAt: now, Queue: r.queue, Replays: d.replays, RunStep: r.spec.Name,
 		Seq: journal.Seq(d.replays, d.pos+1, m.Attempt, 2), Key: fmt.Sprintf("step/%d/%d/%d", d.replays, d.pos, m.Attempt),
 	}
+	if a.joined == nil && a.result != resultArrived {
+		// What a replay from this step sends it again.
+		keepInput(&base, d)
+	}
 	var events []journal.Event
 	if d.outbox {
 		// Started in a transaction (StartTx): nobody recorded its start.

@@ -42,7 +42,7 @@ type Moved struct {
 //
 // It refuses, with errors naming the run: a run that is not failed
 // (ErrNotReplayable: a compensated run cannot be replayed, a running one
-// needs no replay), a run given up because its message could not be read
+// needs no replay; a stopped one can be re-run from a step: ReplayFrom), a run given up because its message could not be read
 // (parked: replaying cannot help), and a message that is nowhere to be
 // found (ErrMessageNotFound).
 func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
@@ -141,6 +141,9 @@ func (e *Engine) findFailed(ctx context.Context, runID string, refuse error) (jo
 			if run.Status != journal.Compensated {
 				why = "being compensated or unresolved (a compensated run cannot be replayed)"
 			}
+		}
+		if refuse == ErrNotReplayable && ReplayableFrom(run.Status) {
+			why += "; re-run it from one of its steps with ReplayFrom (acemq-flow replay --from)"
 		}
 		return run, true, nil, fmt.Errorf("%w: run %s of %s is %s: %s", refuse, runID, run.Flow, run.Status, why)
 	}

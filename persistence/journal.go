@@ -63,6 +63,7 @@ var (
 	_ journal.DataStore  = (*SQLJournal)(nil)
 	_ journal.JoinStore  = (*SQLJournal)(nil)
 	_ journal.LimitStore = (*SQLJournal)(nil)
+	_ journal.StepInputs = (*SQLJournal)(nil)
 )
 
 // NewSQLJournal returns a journal running on db (a pool, usually) over
@@ -209,7 +210,8 @@ func newJournalBatch(events []journal.Event) (journalBatch, error) {
 }
 
 // args are the record statement's parameters: one array per column, of
-// the runs ($1-$15, $32 and $33) and of the timeline entries ($16-$31).
+// the runs ($1-$15, $32 and $33) and of the timeline entries ($16-$31 and
+// $34-$36, their steps' inputs).
 func (b journalBatch) args() []any {
 	n := len(b.runs)
 	var (
@@ -239,16 +241,21 @@ func (b journalBatch) args() []any {
 		eAttempts, eReplays                            = make([]int, m), make([]int, m)
 		eStarted, eEnded                               = make([]time.Time, m), make([]time.Time, m)
 		eDue                                           = make([]*time.Time, m)
+		eInputs                                        = make([][]byte, m)
+		eStates                                        = make([]string, m)
+		eSizes                                         = make([]int, m)
 	)
 	for i, e := range b.events {
 		eRuns[i], eKeys[i], eKinds[i], eSteps[i], eOutcomes[i], eErrs[i] = e.RunID, e.Key, string(e.Kind), e.Step, e.Outcome, e.Error
 		eQueues[i], eStatuses[i], eRunSteps[i], eDeadLetters[i] = e.Queue, string(e.Status), e.RunStep, e.DeadLetter
 		eSeqs[i], eAttempts[i], eReplays[i] = e.Seq, e.Attempt, e.Replays
 		eStarted[i], eEnded[i], eDue[i] = e.StartedAt, e.EndedAt, e.DueAt
+		eInputs[i], eStates[i], eSizes[i] = e.StepInput, e.StepState, e.InputSize
 	}
 	return []any{
 		ids, flows, statuses, steps, inputs, errs, started, updated, ended, due, deadLetters, replays, seqs, minStarts, hasStatus,
 		eRuns, eKeys, eSeqs, eKinds, eSteps, eAttempts, eOutcomes, eStarted, eEnded, eErrs, eQueues, eDue, eStatuses, eRunSteps, eReplays, eDeadLetters,
 		inputReplays, versions,
+		eInputs, eStates, eSizes,
 	}
 }

@@ -257,6 +257,31 @@ func (j *SQLJournal) BranchEvents(ctx context.Context, id string, branches []jou
 	return j.events(ctx, id, j.sql.branchEvents, id, lo, hi, arrived, undo)
 }
 
+// StepInputs returns the latest input kept of each step of run id
+// (journal.StepInputs), in Seq order, or an error matching
+// journal.ErrRunNotFound.
+func (j *SQLJournal) StepInputs(ctx context.Context, id string) ([]journal.StepInput, error) {
+	rows, err := j.db.Query(ctx, j.sql.inputs, id)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: step inputs of %q: %w", j.t.RunEvents, id, err)
+	}
+	inputs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (journal.StepInput, error) {
+		var in journal.StepInput
+		err := row.Scan(&in.Step, &in.Key, &in.Seq, &in.Replays, &in.Attempt, &in.At, &in.Input, &in.State, &in.Size)
+		in.At = in.At.UTC()
+		return in, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: step inputs of %q: %w", j.t.RunEvents, id, err)
+	}
+	if len(inputs) == 0 {
+		if _, err := j.Run(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return inputs, nil
+}
+
 // found is events, or when there are none the error of a run that is not
 // there: every run has events.
 func (j *SQLJournal) found(ctx context.Context, id string, events []journal.Event) ([]journal.Event, error) {
@@ -318,6 +343,8 @@ const (
 // once.
 type journalStatements struct {
 	record, run, timeline, purge string
+	// inputs is StepInputs'.
+	inputs string
 	// ownTimeline, briefBranches and branchEvents are BriefTimeline's
 	// and BranchEvents'.
 	ownTimeline, briefBranches, branchEvents string
@@ -342,21 +369,23 @@ func renderJournalStatements(t Tables) journalStatements {
 				-- Unreferenced, so it runs after the runs' upsert: every
 				-- batch locks runs, then entries, each in sorted order.
 				INSERT INTO {{run_events}} (run_id, key, seq, kind, step, attempt, outcome, started_at, ended_at,
-					error, queue, due_at, status, run_step, replays, dead_letter)
+					error, queue, due_at, status, run_step, replays, dead_letter, input, input_state, input_size)
 				SELECT run_id, key, seq, kind, step, attempt, outcome, started_at, ended_at,
-					error, queue, due_at, status, run_step, replays, dead_letter
+					error, queue, due_at, status, run_step, replays, dead_letter, input, input_state, input_size
 				FROM unnest($16::text[], $17::text[], $18::bigint[], $19::text[], $20::text[], $21::integer[],
 					$22::text[], $23::timestamptz[], $24::timestamptz[], $25::text[], $26::text[],
-					$27::timestamptz[], $28::text[], $29::text[], $30::integer[], $31::text[])
+					$27::timestamptz[], $28::text[], $29::text[], $30::integer[], $31::text[],
+					$34::bytea[], $35::text[], $36::integer[])
 				WITH ORDINALITY AS e(run_id, key, seq, kind, step, attempt, outcome, started_at, ended_at,
-					error, queue, due_at, status, run_step, replays, dead_letter, ord)
+					error, queue, due_at, status, run_step, replays, dead_letter, input, input_state, input_size, ord)
 				ORDER BY ord
 				ON CONFLICT (run_id, key) DO UPDATE SET
 					(seq, kind, step, attempt, outcome, started_at, ended_at, error, queue, due_at, status,
-						run_step, replays, dead_letter) =
+						run_step, replays, dead_letter, input, input_state, input_size) =
 					(EXCLUDED.seq, EXCLUDED.kind, EXCLUDED.step, EXCLUDED.attempt, EXCLUDED.outcome,
 						EXCLUDED.started_at, EXCLUDED.ended_at, EXCLUDED.error, EXCLUDED.queue, EXCLUDED.due_at,
-						EXCLUDED.status, EXCLUDED.run_step, EXCLUDED.replays, EXCLUDED.dead_letter)
+						EXCLUDED.status, EXCLUDED.run_step, EXCLUDED.replays, EXCLUDED.dead_letter,
+						EXCLUDED.input, EXCLUDED.input_state, EXCLUDED.input_size)
 			)
 			INSERT INTO {{runs}} AS cur (run_id, flow, status, step, input, error, started_at, updated_at,
 				ended_at, due_at, dead_letter, replays, seq, input_replays, version)
@@ -382,6 +411,15 @@ func renderJournalStatements(t Tables) journalStatements {
 				             EXCLUDED.input IS NOT NULL AND (cur.input IS NULL OR EXCLUDED.input_replays > cur.input_replays) AS newer_input
 				      FROM array_position($1::text[], EXCLUDED.run_id) AS i) AS d)`),
 		run: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = $1`),
+		// The latest event with an input of each step: one range of the
+		// primary key (a run's events), the inputs of the others not read.
+		inputs: t.render(`
+			SELECT e.step, e.key, e.seq, e.replays, e.attempt, e.started_at, e.input, e.input_state, e.input_size
+			FROM (SELECT DISTINCT ON (step) step, key FROM {{run_events}}
+				WHERE run_id = $1 AND (input IS NOT NULL OR input_size > 0)
+				ORDER BY step, seq DESC, key DESC) l
+			JOIN {{run_events}} e ON e.run_id = $1 AND e.key = l.key
+			ORDER BY e.seq, e.key`),
 		cancelled: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r
 			WHERE r.ended_at >= $1 AND r.ended_at IS NOT NULL AND r.status = 'cancelled'
 			ORDER BY r.ended_at, r.run_id LIMIT $2`),

@@ -163,6 +163,7 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.Handle("GET /runs/{id}", d.page(d.run))
 	d.mux.Handle("POST /runs/{id}/replay", d.action(d.replay))
 	d.mux.Handle("POST /runs/{id}/compensate", d.action(d.compensate))
+	d.mux.Handle("POST /runs/{id}/replay-from", d.action(d.replayFrom))
 	d.mux.Handle("POST /runs/{id}/cancel", d.action(d.cancelRun))
 	d.mux.Handle("POST /runs/{id}/signal", d.action(d.signal))
 	d.mux.Handle("GET /failed", d.page(d.failed))

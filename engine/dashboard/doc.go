@@ -14,7 +14,10 @@
 //     with its outcome and error, skips, delays with their due times,
 //     compensations and replays; long runs of alike events, such as every
 //     item's compensation, shortened unless ?timeline=all), its input, and
-//     the buttons to replay it or to compensate it now while it is failed.
+//     the buttons to replay it or to compensate it now while it is failed,
+//     and, once it has stopped (completed, ended, failed, compensated), a
+//     "Replay from" form: a step whose input the journal kept, a reason
+//     and a confirmation to tick, for engine.ReplayFrom.
 //     The child runs it started are listed with their status and linked
 //     from the steps that started them; a child run links its parent.
 //     Each fork (a Parallel, a ForEach) shows what it is, how many of its
@@ -53,7 +56,7 @@
 //   - Every page is escaped by html/template: an error or a payload holding
 //     HTML or a script shows as text. The Content-Security-Policy allows
 //     only the dashboard's own script and style files.
-//   - Replay and compensate are POST forms with a CSRF token: a random
+//   - Replay, replay from a step and compensate are POST forms with a CSRF token: a random
 //     nonce in an HttpOnly cookie and, in the form, its HMAC under a key
 //     made when New ran (signed double submit; a restarted dashboard asks
 //     the form to be sent again). A request from another site

@@ -156,6 +156,12 @@ type runPage struct {
 	SignalUntil *time.Time
 	// Why says why a failed run cannot be replayed here.
 	Why string
+	// ReplayFrom are the steps a stopped run (completed, ended, failed,
+	// compensated) can be re-run from here (engine.ReplayFrom): those of
+	// its flow's current route whose input the journal kept; TooLarge
+	// those it reached whose input was too large to keep.
+	ReplayFrom []string
+	TooLarge   []string
 }
 
 // flashes are the messages an action's redirect can ask for: fixed texts,
@@ -165,6 +171,8 @@ var flashes = map[string]string{
 	"compensating": "Sent to be compensated: a worker of the flow starts the compensations of the steps it had completed.",
 	"cancelled":    "Cancelled: no further step of it starts, and what it completed is being compensated.",
 	"signalled":    "Signal sent: the run goes on with it (or takes it when it reaches its wait).",
+	"replayed-from": "Replayed from the step chosen: it runs again on the input it had there, on the flow's current version, " +
+		"and so does every step after it. Nothing was compensated first.",
 }
 
 // run is one run's page.
@@ -250,6 +258,20 @@ func (d *Dashboard) runPage(w http.ResponseWriter, r *http.Request) (runPage, in
 		}
 		p.CanCompensate = info != nil && d.canAct() && slices.ContainsFunc(info.Steps, func(s engine.StepInfo) bool { return s.Compensation != "" })
 	}
+	if info != nil && d.canAct() && engine.ReplayableFrom(run.Status) {
+		steps, err := d.eng.ReplaySteps(r.Context(), id)
+		if err != nil {
+			d.journalFailed(w, r, err)
+			return runPage{}, 0, false
+		}
+		for _, s := range steps {
+			if s.Kept {
+				p.ReplayFrom = append(p.ReplayFrom, s.Step)
+			} else {
+				p.TooLarge = append(p.TooLarge, s.Step)
+			}
+		}
+	}
 	return p, http.StatusOK, true
 }
 
@@ -315,6 +337,21 @@ func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request) {
 	act(d, w, r, "replayed", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Replay(ctx, id) })
 }
 
+// replayFrom re-runs a stopped run from the step the form chose, once its
+// confirmation is ticked; the dashboard is who asked.
+func (d *Dashboard) replayFrom(w http.ResponseWriter, r *http.Request) {
+	act(d, w, r, "replayed-from", func(ctx context.Context, id string) (engine.ReplayedFrom, error) {
+		if r.PostFormValue("confirm") == "" {
+			return engine.ReplayedFrom{}, errNotConfirmedReplay
+		}
+		return d.eng.ReplayFrom(ctx, id, engine.ReplayFromRequest{Step: r.PostFormValue("step"), Reason: r.PostFormValue("reason"), Actor: "dashboard"})
+	})
+}
+
+// errNotConfirmedReplay: a replay-from form sent without its confirmation
+// ticked.
+var errNotConfirmedReplay = errors.New("not replayed: tick the confirmation first")
+
 // compensate compensates one failed run now, then shows it.
 func (d *Dashboard) compensate(w http.ResponseWriter, r *http.Request) {
 	act(d, w, r, "compensating", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Compensate(ctx, id) })
@@ -373,8 +410,11 @@ func actionStatus(err error) int {
 	case errors.Is(err, engine.ErrNotReplayable), errors.Is(err, engine.ErrNotCompensable), errors.Is(err, engine.ErrRunEnded),
 		errors.Is(err, engine.ErrSignalTaken), errors.Is(err, engine.ErrSignalTimedOut):
 		return http.StatusConflict
-	case errors.Is(err, engine.ErrInvalidPayload), errors.Is(err, engine.ErrNoSuchWait), errors.Is(err, errNotConfirmed):
+	case errors.Is(err, engine.ErrInvalidPayload), errors.Is(err, engine.ErrNoSuchWait), errors.Is(err, errNotConfirmed),
+		errors.Is(err, errNotConfirmedReplay), errors.Is(err, engine.ErrUnknownStep), errors.Is(err, engine.ErrBranchStep):
 		return http.StatusBadRequest
+	case errors.Is(err, engine.ErrStepNotReached), errors.Is(err, engine.ErrInputNotKept):
+		return http.StatusConflict
 	case errors.Is(err, engine.ErrMessageNotFound), errors.Is(err, engine.ErrUnknownFlow):
 		return http.StatusNotFound
 	default:

@@ -24,10 +24,12 @@
 package journal
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -178,6 +180,80 @@ type Event struct {
 	Version string          `json:"-"`
 	// DeadLetter is the queue holding the message of a failed run.
 	DeadLetter string `json:"-"`
+
+	// StepInput is, on a step event (KindStep) of a run's own route, the
+	// payload of the message the step ran on, in its flow's codec, and
+	// StepState what else the engine needs to send that step the same
+	// message again (opaque to the journal): what a replay from the step
+	// (engine.ReplayFrom) sends. InputSize is their size in bytes; an
+	// input over MaxStepInput is not kept (StepInput nil, InputSize still
+	// set), so that a replay from that step can say why it cannot be
+	// done. A journal keeps them as long as the event (its retention),
+	// and gives them back through StepInputs only, not on the timeline.
+	StepInput []byte `json:"-"`
+	StepState string `json:"-"`
+	InputSize int    `json:"-"`
+}
+
+// MaxStepInput is the most a journal keeps of a step's input, in bytes
+// (Event.StepInput and Event.StepState together): 64 KiB. A step that ran
+// on a larger message has its event recorded without its input, and a
+// replay from that step is refused.
+const MaxStepInput = 64 << 10
+
+// HasInput reports whether e says anything of its step's input: kept, or
+// too large to be.
+func (e Event) HasInput() bool { return e.StepInput != nil || e.InputSize > 0 }
+
+// StepInput is the input a step of a run ran on, as a journal kept it
+// (see Event.StepInput): the latest of its step's events that had one.
+type StepInput struct {
+	// Step is the step; Key and Seq are of the event it was kept on, and
+	// Replays and Attempt that event's.
+	Step    string `json:"step"`
+	Key     string `json:"key"`
+	Seq     int64  `json:"-"`
+	Replays int    `json:"replays"`
+	Attempt int    `json:"attempt"`
+	// At is when that attempt started.
+	At time.Time `json:"at"`
+	// Input and State are Event.StepInput and Event.StepState: Input is
+	// nil when the input was over MaxStepInput, and was not kept.
+	Input []byte `json:"-"`
+	State string `json:"-"`
+	// Size is Event.InputSize.
+	Size int `json:"size"`
+}
+
+// Kept reports whether the input itself was kept (it was not over
+// MaxStepInput).
+func (s StepInput) Kept() bool { return s.Input != nil }
+
+// StepInputs is a journal that keeps the input of each step of a run's own
+// route (Event.StepInput). Both shipped journals implement it.
+type StepInputs interface {
+	// StepInputs returns, for each step of run id that has an event with
+	// an input (kept or too large), the latest such event's (by Seq), in
+	// Seq order, or an error matching ErrRunNotFound.
+	StepInputs(ctx context.Context, id string) ([]StepInput, error)
+}
+
+// LatestInputs is what StepInputs answers for a run whose events with an
+// input are inputs, in any order: the latest per step (by Seq, then key),
+// in Seq order.
+func LatestInputs(inputs []StepInput) []StepInput {
+	latest := map[string]StepInput{}
+	for _, in := range inputs {
+		if cur, ok := latest[in.Step]; !ok || in.Seq > cur.Seq || in.Seq == cur.Seq && in.Key > cur.Key {
+			latest[in.Step] = in
+		}
+	}
+	out := make([]StepInput, 0, len(latest))
+	for _, in := range latest {
+		out = append(out, in)
+	}
+	slices.SortFunc(out, func(a, b StepInput) int { return cmp.Or(cmp.Compare(a.Seq, b.Seq), strings.Compare(a.Key, b.Key)) })
+	return out
 }
 
 // Seq orders a run's events: every event of a later replay after every
@@ -322,8 +398,8 @@ func CheckDataKey(runID, key string) error {
 
 // Validate refuses, with an error matching ErrInvalidEvent, an event no
 // journal can keep: no run id, a status that is not one, an attempt or
-// replay count beyond 32 bits, or an id, name or outcome that is not UTF-8
-// text without NUL bytes (error texts are repaired instead: see Truncate).
+// replay count beyond 32 bits, a step input over MaxStepInput, or an id,
+// name, outcome or step state that is not UTF-8 text without NUL bytes (error texts are repaired instead: see Truncate).
 func (e Event) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: run %q key %q: %s", ErrInvalidEvent, e.RunID, e.Key, fmt.Sprintf(format, args...))
@@ -337,9 +413,13 @@ func (e Event) Validate() error {
 	if e.Attempt != int(int32(e.Attempt)) || e.Replays != int(int32(e.Replays)) {
 		return bad("attempt %d or replays %d beyond a 32-bit integer", e.Attempt, e.Replays)
 	}
+	if e.InputSize < 0 || e.InputSize != int(int32(e.InputSize)) || len(e.StepInput)+len(e.StepState) > MaxStepInput {
+		return bad("step input of %d bytes (%d kept): want 0 or more, at most %d kept", e.InputSize, len(e.StepInput)+len(e.StepState), MaxStepInput)
+	}
 	for _, f := range [...]struct{ name, value string }{
 		{"run id", e.RunID}, {"flow", e.Flow}, {"key", e.Key}, {"kind", string(e.Kind)}, {"step", e.Step},
 		{"outcome", e.Outcome}, {"queue", e.Queue}, {"run step", e.RunStep}, {"dead letter", e.DeadLetter},
+		{"step state", e.StepState},
 	} {
 		if !Text(f.value) {
 			return bad("%s %q is not UTF-8 text without NUL bytes", f.name, f.value)

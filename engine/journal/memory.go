@@ -35,9 +35,13 @@ type Memory struct {
 	versions memVersions
 }
 
+var _ StepInputs = (*Memory)(nil)
+
 type memRun struct {
 	run    Run
 	events map[string]Event
+	// inputs are the step inputs of its events (StepInputs), by key.
+	inputs map[string]StepInput
 }
 
 // NewMemory returns an empty journal keeping at most maxRuns runs
@@ -70,8 +74,19 @@ func (m *Memory) Record(_ context.Context, events []Event) error {
 		}
 		e.Error = Truncate(e.Error)
 		Apply(&r.run, e)
-		// The input is the run's; the timeline does not repeat it.
+		// The input is the run's; the timeline does not repeat it, nor
+		// the steps' inputs, which StepInputs gives.
 		e.Input = nil
+		if e.HasInput() {
+			if r.inputs == nil {
+				r.inputs = map[string]StepInput{}
+			}
+			r.inputs[e.Key] = StepInput{Step: e.Step, Key: e.Key, Seq: e.Seq, Replays: e.Replays, Attempt: e.Attempt, At: e.StartedAt,
+				Input: slices.Clone(e.StepInput), State: e.StepState, Size: e.InputSize}
+		} else {
+			delete(r.inputs, e.Key)
+		}
+		e.StepInput, e.StepState, e.InputSize = nil, "", 0
 		r.events[e.Key] = e
 	}
 	if len(m.runs) > m.max {
@@ -278,6 +293,24 @@ func (m *Memory) Timeline(_ context.Context, id string) ([]Event, error) {
 	m.mu.RUnlock()
 	SortTimeline(out)
 	return out, nil
+}
+
+// StepInputs returns the latest input kept of each step of run id
+// (journal.StepInputs), or an error matching ErrRunNotFound.
+func (m *Memory) StepInputs(_ context.Context, id string) ([]StepInput, error) {
+	m.mu.RLock()
+	r, ok := m.runs[id]
+	if !ok {
+		m.mu.RUnlock()
+		return nil, fmt.Errorf("%w: %q", ErrRunNotFound, id)
+	}
+	all := make([]StepInput, 0, len(r.inputs))
+	for _, in := range r.inputs {
+		in.Input = slices.Clone(in.Input)
+		all = append(all, in)
+	}
+	m.mu.RUnlock()
+	return LatestInputs(all), nil
 }
 
 // SortTimeline orders a run's events as Timeline returns them: by Seq,

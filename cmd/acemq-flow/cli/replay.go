@@ -8,12 +8,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
 )
 
 func (a *app) replayCommand() *cobra.Command {
 	cmd := a.moveCommand(moveSpec{
-		use:   "replay <run-id> | replay --flow F --status failed [--where EXPR] ...",
-		short: "Send a failed run's message back to the step that gave it up; or many failed runs at once",
+		use:   "replay <run-id> [--from STEP] | replay --flow F --status failed [--from STEP] [--where EXPR] ...",
+		short: "Send a failed run's message back to the step that gave it up, or re-run a run from any step; or many runs at once",
 		long: "Take a failed run's given-up message from its step's dead-letter queue and send it back to\n" +
 			"that step: the run goes back to running and continues from there. The run journal says\n" +
 			"which queue holds the message; a run it does not know (no database) is looked for by its\n" +
@@ -25,8 +26,16 @@ func (a *app) replayCommand() *cobra.Command {
 			"against --flow's input type before anything is read (a condition on payload needs --flow).\n" +
 			"--limit N replays at most N of the runs EXPR accepts, the newest. A terminal shows a progress\n" +
 			"bar with the time left; Ctrl-C stops between messages, reports what was done and exits with\n" +
-			"status 130.\n\n" + runIDHelp,
+			"status 130.\n\n" +
+			"--from STEP re-runs a completed, ended, failed or compensated run from STEP instead, on the\n" +
+			"input STEP had in that run (the journal keeps each step's input, up to 64 KiB, as long as it\n" +
+			"keeps the run), on the flow's current version: STEP and every step after it run again. Nothing\n" +
+			"is compensated first; the compensations owed for the steps before STEP are carried on (none\n" +
+			"for a compensated run); a failed run's given-up message leaves its dead-letter queue. With\n" +
+			"the bulk flags, --status takes completed, ended, failed or compensated (comma-separated).\n" +
+			"--reason is recorded in the run's timeline.\n\n" + runIDHelp,
 		verb: "replayed",
+		from: true,
 		move: (*engine.Engine).Replay,
 		bulk: a.bulkReplay,
 	})
@@ -56,6 +65,8 @@ type moveSpec struct {
 	// bulk, when set, adds the flags of a move of many runs, used when no
 	// run id is given.
 	bulk func(cmd *cobra.Command, s *session, f bulkFlags, output outputFormat) error
+	// from adds --from and --reason: a replay from a step (ReplayFrom).
+	from bool
 }
 
 func (a *app) moveCommand(spec moveSpec) *cobra.Command {
@@ -63,6 +74,7 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 		bf     brokerFlags
 		output outputFormat
 		many   bulkFlags
+		from   fromFlags
 	)
 	name, _, _ := strings.Cut(spec.use, " ")
 	args := cobra.ExactArgs(1)
@@ -79,7 +91,7 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 				return fmt.Errorf("%s: %w", name, ErrNoFlows)
 			}
 			if len(args) == 0 {
-				if err := many.check(); err != nil {
+				if err := many.check(from); err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
 				s, err := a.openSession(cmd, sessionConfig{broker: bf})
@@ -87,7 +99,11 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 					return err
 				}
 				defer s.close(cmd.Context(), &err)
+				many.from, many.reason = from.step, from.reason
 				return spec.bulk(cmd, s, many, output)
+			}
+			if from.step == "" && cmd.Flags().Changed("from") {
+				return fmt.Errorf("%s: --from needs a step", name)
 			}
 			if many.given(cmd) {
 				return fmt.Errorf("%s: give a run id or the flags choosing many runs, not both", name)
@@ -100,6 +116,9 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 			id, err := a.resolveRunID(cmd.Context(), s.eng.Journal(), args[0])
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
+			}
+			if from.step != "" {
+				return replayFrom(cmd, s, id, from, output)
 			}
 			moved, err := spec.move(s.eng, cmd.Context(), id)
 			if len(moved.Searched) > 0 {
@@ -122,5 +141,44 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 	if spec.bulk != nil {
 		many.add(cmd)
 	}
+	if spec.from {
+		cmd.Flags().StringVar(&from.step, "from", "", "re-run the run from this step, on the input it had there, on the flow's current version")
+		cmd.Flags().StringVar(&from.reason, "reason", "", "with --from: why, recorded in the run's timeline")
+	}
 	return cmd
+}
+
+// fromFlags are a replay's --from and --reason.
+type fromFlags struct{ step, reason string }
+
+// replayFrom re-runs run id from f.step and says what it did: a table, or
+// one JSON document.
+func replayFrom(cmd *cobra.Command, s *session, id string, f fromFlags, output outputFormat) error {
+	res, err := s.eng.ReplayFrom(cmd.Context(), id, engine.ReplayFromRequest{Step: f.step, Reason: f.reason, Actor: "acemq-flow replay"})
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	if output == outputJSON {
+		return writeJSON(cmd.OutOrStdout(), res)
+	}
+	carried := "none"
+	if len(res.Carried) > 0 {
+		carried = strings.Join(res.Carried, ", ")
+	}
+	t := newTable(cmd.OutOrStdout())
+	t.row("RUN", res.RunID)
+	t.row("FLOW", res.Flow)
+	t.row("WAS", string(res.Was))
+	t.row("FROM STEP", res.Step+" (sent to "+res.Queue+")")
+	t.row("ROUTE", strings.Join(res.Route, " → "))
+	if res.Version != "" {
+		t.row("VERSION", res.Version)
+	}
+	t.row("INPUT", fmt.Sprintf("%d bytes, of replay %d (%s)", res.InputSize, res.InputReplay, res.InputFrom))
+	t.row("REPLAYS", fmt.Sprint(res.Replays))
+	t.row("COMPENSATIONS CARRIED", carried)
+	if res.Was == journal.Failed {
+		t.row("DEAD-LETTERED", count(res.Discarded, "message")+" taken out of the dead-letter queue")
+	}
+	return t.flush()
 }

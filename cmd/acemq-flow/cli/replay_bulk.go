@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/journal"
 )
 
 // bulkFlags choose many failed runs to replay.
@@ -22,6 +23,8 @@ type bulkFlags struct {
 	since                     sinceFlag
 	limit                     int
 	dryRun                    bool
+	// from and reason are --from and --reason (a replay from a step).
+	from, reason string
 }
 
 var bulkFlagNames = []string{"flow", "status", "where", "rate", "since", "limit", "dry-run"}
@@ -29,7 +32,7 @@ var bulkFlagNames = []string{"flow", "status", "where", "rate", "since", "limit"
 func (f *bulkFlags) add(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.flow, "flow", "", "replay failed runs of this flow")
-	fs.StringVar(&f.status, "status", "", "the status of the runs to replay: failed (the only one a replay applies to)")
+	fs.StringVar(&f.status, "status", "", "the status of the runs to replay: failed (the only one a replay applies to); with --from, completed, ended, failed or compensated (comma-separated)")
 	fs.Var(&f.since, "since", "only runs started this long ago or later (24h), or since a time (RFC 3339)")
 	fs.StringVar(&f.where, "where", "", "an expr-lang condition on run and payload, checked against --flow's input type before anything is read (payload needs --flow)")
 	fs.IntVar(&f.limit, "limit", 100, "at most this many runs, of those --where accepts (the journal is read, newest first, until it has them)")
@@ -47,8 +50,12 @@ func (f *bulkFlags) given(cmd *cobra.Command) bool {
 	return false
 }
 
-func (f *bulkFlags) check() error {
-	if f.status != "failed" {
+func (f *bulkFlags) check(from fromFlags) error {
+	if from.step != "" {
+		if _, err := f.statuses(); err != nil {
+			return err
+		}
+	} else if f.status != "failed" {
 		return errors.New("give a run id, or --status failed (and --flow, --where, ...) to replay many failed runs")
 	}
 	if f.limit < 1 {
@@ -56,6 +63,23 @@ func (f *bulkFlags) check() error {
 	}
 	_, err := parseRate(f.rate)
 	return err
+}
+
+// statuses reads --status for a replay from a step: completed, ended,
+// failed or compensated, comma-separated.
+func (f *bulkFlags) statuses() ([]journal.Status, error) {
+	if f.status == "" {
+		return nil, errors.New("give a run id, or --status (completed, ended, failed or compensated) and --flow, --where, ... to replay many runs from a step")
+	}
+	var out []journal.Status
+	for _, s := range strings.Split(f.status, ",") {
+		st := journal.Status(strings.TrimSpace(s))
+		if !engine.ReplayableFrom(st) {
+			return nil, fmt.Errorf("--status %q: a replay from a step takes completed, ended, failed or compensated runs", s)
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // parseRate reads "100/s" or "100" as replays a second ("" is no limit).
@@ -82,7 +106,13 @@ func (a *app) bulkReplay(cmd *cobra.Command, s *session, f bulkFlags, output out
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	req := engine.BulkReplay{Flow: f.flow, Since: f.since.since(time.Now()), Where: f.where, Limit: f.limit, Rate: rate, DryRun: f.dryRun}
+	req := engine.BulkReplay{Flow: f.flow, Since: f.since.since(time.Now()), Where: f.where, Limit: f.limit, Rate: rate, DryRun: f.dryRun,
+		From: f.from, Reason: f.reason}
+	if f.from != "" {
+		if req.Statuses, err = f.statuses(); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+	}
 	var bar *progressbar.ProgressBar
 	if output != outputJSON && !f.dryRun && isTerminal(cmd) {
 		// A spinner while the journal is read, then a bar of the runs
@@ -103,7 +133,7 @@ func (a *app) bulkReplay(cmd *cobra.Command, s *session, f bulkFlags, output out
 			if len(r.NotFound) > 0 {
 				bar.Describe(fmt.Sprintf("replaying (%d not found)", len(r.NotFound)))
 			}
-			_ = bar.Set(len(r.Replayed) + len(r.NotFound))
+			_ = bar.Set(len(r.Replayed) + len(r.NotFound) + len(r.Refused))
 		}
 	}
 	res, err := s.eng.ReplayBulk(cmd.Context(), req)
@@ -137,6 +167,22 @@ func (a *app) bulkReplay(cmd *cobra.Command, s *session, f bulkFlags, output out
 	state := "done"
 	if res.Interrupted {
 		state = "interrupted: the rest was not touched"
+	}
+	if f.from != "" {
+		fmt.Fprintf(w, "replayed from %s %d, refused %d, skipped %d, of %d selected (%s)\n",
+			f.from, len(res.Replayed), len(res.Refused), res.Skipped, res.Selected, state)
+		t := newTable(w)
+		t.row("RUN", "REPLAYED FROM "+f.from)
+		for _, id := range res.Replayed {
+			t.row(id, "yes")
+		}
+		for _, r := range res.Refused {
+			t.row(r.RunID, "refused: "+r.Reason)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		return interrupted(res)
 	}
 	fmt.Fprintf(w, "replayed %d, skipped %d, not found %d, of %d selected (%s)\n",
 		len(res.Replayed), res.Skipped, len(res.NotFound), res.Selected, state)

@@ -416,3 +416,44 @@ func TestInABrowserSignalAndCancel(t *testing.T) {
 	r := fx.Wait(other, journal.Cancelled)
 	require.Equal(t, "cancelled by dashboard: not wanted", r.Error)
 }
+
+// TestInABrowserReplayFrom: a completed run's page offers to replay it
+// from the steps whose input the journal kept; the form needs its
+// confirmation ticked, then re-runs the run from the step chosen, which
+// runs again (the step before it does not), and the timeline says so.
+func TestInABrowserReplayFrom(t *testing.T) {
+	t.Parallel()
+	fx := dashboardtest.New(t, dashboard.Config{})
+	ctx := browser(t)
+	run := fx.Start(dashboardtest.Order{ID: "o-1"}, journal.Completed)
+	require.Equal(t, 1, fx.Charges(run))
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+run))
+	steps := eval[[]string](t, ctx, `[...document.querySelectorAll("#replay-from-step option")].map(o => o.value)`)
+	require.Equal(t, []string{"validate", "charge"}, steps)
+	require.Contains(t, text(t, ctx, "replay-from"), "Nothing is compensated first")
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("replay-from-submit"))))
+	require.False(t, eval[bool](t, ctx, `document.getElementById("replay-from-form").checkValidity()`), "the confirmation is not ticked")
+	require.Equal(t, 0, fx.Wait(run, journal.Completed).Replays, "nothing was sent")
+
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("replay-from-step"), "charge"),
+		chromedp.SendKeys(chromedp.ID("replay-from-reason"), "charged twice?"),
+		chromedp.Click(chromedp.ID("replay-from-confirm")),
+	))
+	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("replay-from-submit")))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status)
+	require.Contains(t, text(t, ctx, "flash"), "Replayed from the step chosen")
+	require.Eventually(t, func() bool { return fx.Charges(run) == 2 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		r, err := fx.Journal.Run(context.Background(), run)
+		return err == nil && r.Status == journal.Completed && r.Replays == 1
+	}, 10*time.Second, 20*time.Millisecond, "completed again, replayed once")
+
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+run))
+	kinds := eval[[]string](t, ctx, `[...document.querySelectorAll("#timeline tr[data-kind]")].map(r => r.dataset.kind + ":" + r.dataset.outcome)`)
+	require.Contains(t, kinds, "replay:replayed from charge by dashboard: charged twice?")
+	require.Equal(t, "step:completed", kinds[len(kinds)-1])
+	screenshot(t, ctx, "dashboard-replay-from")
+}

@@ -45,6 +45,7 @@ func Run(t *testing.T, open Open) {
 		"resolving a shortened id":       resolvingShortenedID,
 		"cancelled since":                cancelledSince,
 		"the version a run started on":   versionOfRun,
+		"step inputs":                    stepInputs,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -669,4 +670,72 @@ func cancelledSince(t *testing.T, j journal.Journal) {
 	r, err := j.Run(ctx, "c1")
 	require.NoError(t, err)
 	require.Equal(t, journal.Cancelled, r.Status)
+}
+
+// stepInputs: a journal that keeps steps' inputs (journal.StepInputs)
+// gives, per step, the input of its latest event that had one (a later
+// replay's over an earlier attempt's), the size of one too large to keep
+// without it, and none of a step whose events had none; the timeline does
+// not carry them; a key recorded again replaces its input; an input over
+// MaxStepInput is refused.
+func stepInputs(t *testing.T, j journal.Journal) {
+	si, ok := j.(journal.StepInputs)
+	if !ok {
+		t.Skipf("%T keeps no step inputs", j)
+	}
+	ctx := ctxOf(t)
+	with := func(e journal.Event, input, state string) journal.Event {
+		e.StepInput, e.StepState, e.InputSize = []byte(input), state, len(input)+len(state)
+		return e
+	}
+	_, err := si.StepInputs(ctx, "nobody")
+	require.ErrorIs(t, err, journal.ErrRunNotFound)
+
+	record(t, j, start("in1", "orders", 0, `{"id":1}`))
+	validate := with(step("in1", "orders", "validate", 0, 1, 1, "completed", journal.Running, "charge"), `{"id":1}`, "")
+	chargeRetried := with(step("in1", "orders", "charge", 1, 1, 2, "retried", journal.Running, "charge"), `{"id":1,"n":1}`, `{"run":"s1"}`)
+	charge := with(step("in1", "orders", "charge", 1, 2, 3, "completed", journal.Running, "ship"), `{"id":1,"n":2}`, `{"run":"s2"}`)
+	big := step("in1", "orders", "ship", 2, 1, 4, "completed", journal.Completed, "ship")
+	big.InputSize = journal.MaxStepInput + 1
+	skip := journal.Event{RunID: "in1", Flow: "orders", Key: "skip/0/3", Seq: journal.Seq(0, 4, 0, 1), Kind: journal.KindSkip,
+		Step: "notify", Outcome: "skipped", StartedAt: at(5), EndedAt: at(5)}
+	record(t, j, validate, chargeRetried, charge, big, skip)
+
+	got, err := si.StepInputs(ctx, "in1")
+	require.NoError(t, err)
+	require.Len(t, got, 3, "validate, charge and ship have inputs; the skipped step none")
+	require.Equal(t, []string{"validate", "charge", "ship"}, []string{got[0].Step, got[1].Step, got[2].Step})
+	require.JSONEq(t, `{"id":1}`, string(got[0].Input))
+	require.True(t, got[0].Kept())
+	require.Equal(t, `{"id":1,"n":2}`, string(got[1].Input), "the latest attempt's")
+	require.Equal(t, `{"run":"s2"}`, got[1].State)
+	require.Equal(t, charge.Key, got[1].Key)
+	require.Equal(t, 2, got[1].Attempt)
+	require.True(t, got[1].At.Equal(at(3)), "at %s", got[1].At)
+	require.False(t, got[2].Kept(), "an input too large is not kept")
+	require.Equal(t, journal.MaxStepInput+1, got[2].Size)
+
+	tl, err := j.Timeline(ctx, "in1")
+	require.NoError(t, err)
+	for _, e := range tl {
+		require.Nil(t, e.StepInput, "the timeline does not carry inputs (%s)", e.Key)
+		require.Empty(t, e.StepState)
+	}
+
+	// A later replay's input of a step is the one; a key recorded again
+	// replaces its input.
+	again := with(step("in1", "orders", "charge", 1, 1, 10, "completed", journal.Running, "ship"), `{"id":1,"n":3}`, "")
+	again.Key, again.Seq, again.Replays = "charge/r1/1", journal.Seq(1, 2, 1, 2), 1
+	record(t, j, again)
+	record(t, j, with(validate, `{"id":1,"v":2}`, ""))
+	got, err = si.StepInputs(ctx, "in1")
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	require.Equal(t, []string{"validate", "ship", "charge"}, []string{got[0].Step, got[1].Step, got[2].Step}, "in Seq order")
+	require.Equal(t, `{"id":1,"v":2}`, string(got[0].Input))
+	require.Equal(t, `{"id":1,"n":3}`, string(got[2].Input))
+	require.Equal(t, 1, got[2].Replays)
+
+	tooBig := with(step("in1", "orders", "ship", 2, 2, 11, "completed", journal.Completed, "ship"), strings.Repeat("x", journal.MaxStepInput+1), "")
+	require.ErrorIs(t, j.Record(ctx, []journal.Event{tooBig}), journal.ErrInvalidEvent)
 }

@@ -64,6 +64,17 @@ func inFlight(t *testing.T, v1 *fixture, ef *effects, orders ...Order) []string 
 	return ids
 }
 
+// versions are two fixtures of one flow sharing a journal: its version 1
+// and the version 2 that replaces it.
+func versions(t *testing.T, h *brokertest.Harness) (v1, v2 *fixture) {
+	t.Helper()
+	j, err := journal.NewMemory(0)
+	require.NoError(t, err)
+	v1, v2 = newFixture(t, h, engine.Config{Journal: j}), newFixture(t, h, engine.Config{Journal: j})
+	v2.name = v1.name
+	return v1, v2
+}
+
 // fatesOf are a check's fates, by step.
 func fatesOf(t *testing.T, fx *fixture) map[string]string {
 	t.Helper()
@@ -106,14 +117,10 @@ func TestRemovedStep(t *testing.T) {
 
 		t.Run("to a step", func(t *testing.T) {
 			ef, tr := newEffects(), &trails{of: map[string][]string{}}
-			j, err := journal.NewMemory(0)
-			require.NoError(t, err)
-			v1 := newFixture(t, h, engine.Config{Journal: j})
+			v1, v2 := versions(t, h)
 			v1.register(v1flow(v1.name, ef))
 			ids := inFlight(t, v1, ef, Order{ID: "1", Amount: 1}, Order{ID: "2", Amount: 2})
 
-			v2 := newFixture(t, h, engine.Config{Journal: j})
-			v2.name = v1.name
 			// d is no longer at the end: the runs go on from c on this route.
 			v2.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")).Compensate(undo(ef, "undo-a")), dsl.Step("c", payOrFail(ef)),
 				dsl.Step("e", tr.last(ef, "e")), dsl.Removed("b", dsl.To("c")), dsl.Removed("d")))
@@ -130,14 +137,10 @@ func TestRemovedStep(t *testing.T) {
 
 		t.Run("to failed", func(t *testing.T) {
 			ef := newEffects()
-			j, err := journal.NewMemory(0)
-			require.NoError(t, err)
-			v1 := newFixture(t, h, engine.Config{Journal: j})
+			v1, v2 := versions(t, h)
 			v1.register(v1flow(v1.name, ef))
 			ids := inFlight(t, v1, ef, Order{ID: "1", Amount: 1})
 
-			v2 := newFixture(t, h, engine.Config{Journal: j})
-			v2.name = v1.name
 			v2.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")).Compensate(undo(ef, "undo-a")), dsl.Step("c", payOrFail(ef)),
 				dsl.Step("d", appendStep(ef, "d")), dsl.Removed("b")))
 			require.Equal(t, map[string]string{"b": engine.FateFails}, fatesOf(t, v2))
@@ -151,9 +154,7 @@ func TestRemovedStep(t *testing.T) {
 
 		t.Run("its compensation", func(t *testing.T) {
 			ef := newEffects()
-			j, err := journal.NewMemory(0)
-			require.NoError(t, err)
-			v1 := newFixture(t, h, engine.Config{Journal: j})
+			v1, v2 := versions(t, h)
 			v1.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")).Compensate(undo(ef, "undo-a")),
 				dsl.Step("b", appendStep(ef, "b")).Compensate(undo(ef, "undo-b")), dsl.Delay(time.Second), dsl.Step("c", payOrFail(ef))))
 			w, err := v1.eng.StartWorker(brokertest.Ctx(t))
@@ -163,8 +164,6 @@ func TestRemovedStep(t *testing.T) {
 			require.NoError(t, w.Close(brokertest.Ctx(t)))
 			v1.waitStatus(id, journal.Waiting, 5*time.Second)
 
-			v2 := newFixture(t, h, engine.Config{Journal: j})
-			v2.name = v1.name
 			v2.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")).Compensate(undo(ef, "undo-a")), dsl.Step("c", payOrFail(ef)),
 				dsl.Removed("b")))
 			v2.work()
@@ -199,14 +198,10 @@ func TestAdoptTakesTheNewRoute(t *testing.T) {
 
 		t.Run("by default, the route it started with", func(t *testing.T) {
 			ef, tr := newEffects(), &trails{of: map[string][]string{}}
-			j, err := journal.NewMemory(0)
-			require.NoError(t, err)
-			v1 := newFixture(t, h, engine.Config{Journal: j})
+			v1, v2 := versions(t, h)
 			v1.register(v1flow(v1.name, ef))
 			ids := inFlight(t, v1, ef, Order{ID: "1", Amount: 1})
 
-			v2 := newFixture(t, h, engine.Config{Journal: j})
-			v2.name = v1.name
 			// x inserted, b and c swapped.
 			v2.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")), dsl.Step("x", appendStep(ef, "x")),
 				dsl.Step("c", tr.last(ef, "c")), dsl.Step("b", tr.last(ef, "b"))))
@@ -233,14 +228,10 @@ func TestAdoptTakesTheNewRoute(t *testing.T) {
 					return s, nil
 				}
 			}
-			j, err := journal.NewMemory(0)
-			require.NoError(t, err)
-			v1 := newFixture(t, h, engine.Config{Journal: j})
+			v1, v2 := versions(t, h)
 			v1.register(v1flow(v1.name, ef))
 			ids := inFlight(t, v1, ef, Order{ID: "1", Amount: 3})
 
-			v2 := newFixture(t, h, engine.Config{Journal: j})
-			v2.name = v1.name
 			toShipment := func(_ context.Context, o Order) (Shipment, error) {
 				return Shipment{ID: o.ID, Cents: 100 * o.Amount, Trail: o.Trail}, nil
 			}
@@ -304,10 +295,8 @@ func TestRenamedWaitAndBranch(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
 		ctx := brokertest.Ctx(t)
 		t.Run("wait", func(t *testing.T) {
-			j, err := journal.NewMemory(0)
-			require.NoError(t, err)
 			ef, paid := newEffects(), make(chan dsl.Signalled[Order, Approval], 2)
-			v1 := newFixture(t, h, engine.Config{Journal: j})
+			v1, v2 := versions(t, h)
 			v1.register(approvalFlow(v1.name, time.Minute, ef, paid, nil, nil))
 			w, err := v1.eng.StartWorker(ctx)
 			require.NoError(t, err)
@@ -316,8 +305,6 @@ func TestRenamedWaitAndBranch(t *testing.T) {
 			v1.waitStatus(other, journal.Waiting, 10*time.Second)
 			require.NoError(t, w.Close(ctx))
 
-			v2 := newFixture(t, h, engine.Config{Journal: j})
-			v2.name = v1.name
 			v2.register(dsl.Flow(v1.name,
 				dsl.Step("request", appendStep(ef, "request")).Compensate(func(ctx context.Context, _ Order) error {
 					m, _ := broker.Handling(ctx)
@@ -350,8 +337,6 @@ func TestRenamedWaitAndBranch(t *testing.T) {
 		})
 
 		t.Run("branch", func(t *testing.T) {
-			j, err := journal.NewMemory(0)
-			require.NoError(t, err)
 			ef := newEffects()
 			var joins sync.Map
 			flow := func(name, reserve string, parts ...dsl.Part) *dsl.FlowDef {
@@ -369,7 +354,7 @@ func TestRenamedWaitAndBranch(t *testing.T) {
 					dsl.Step("notify", appendStep(ef, "notify")),
 				}, parts...)...)
 			}
-			v1 := newFixture(t, h, engine.Config{Journal: j})
+			v1, v2 := versions(t, h)
 			v1.register(flow(v1.name, "reserve"))
 			w, err := v1.eng.StartWorker(ctx)
 			require.NoError(t, err)
@@ -377,8 +362,6 @@ func TestRenamedWaitAndBranch(t *testing.T) {
 			require.Eventually(t, func() bool { return ef.get(run, "pick") == 1 && ef.get(run, "book") == 1 }, 10*time.Second, 5*time.Millisecond)
 			require.NoError(t, w.Close(ctx))
 
-			v2 := newFixture(t, h, engine.Config{Journal: j})
-			v2.name = v1.name
 			v2.register(flow(v1.name, "hold", dsl.Renamed("reserve", "hold")))
 			v2.work()
 			v2.waitStatus(run, journal.Completed, 15*time.Second)
@@ -399,10 +382,8 @@ func TestRenamedWaitAndBranch(t *testing.T) {
 func TestDeleteDrained(t *testing.T) {
 	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
 		ctx := brokertest.Ctx(t)
-		j, err := journal.NewMemory(0)
-		require.NoError(t, err)
 		ef := newEffects()
-		v1 := newFixture(t, h, engine.Config{Journal: j})
+		v1, v2 := versions(t, h)
 		v1.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")), dsl.Step("b", appendStep(ef, "b")), dsl.Step("c", appendStep(ef, "c"))))
 		w := v1.work()
 		v1.waitStatus(v1.start(Order{ID: "1"}), journal.Completed, 10*time.Second)
@@ -410,7 +391,7 @@ func TestDeleteDrained(t *testing.T) {
 		bq, cq := v1.name+".b", v1.name+".c"
 		h.DeleteLater(bq, bq+broker.DeadLetterSuffix, bq+broker.ParkedSuffix, cq, cq+broker.DeadLetterSuffix, cq+broker.ParkedSuffix)
 
-		still := newFixture(t, h, engine.Config{Journal: j})
+		still := newFixture(t, h, engine.Config{Journal: v1.eng.Journal()})
 		still.name = v1.name
 		still.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")), dsl.Removed("b", dsl.To("a")), dsl.Removed("c")))
 		got, err := still.eng.DeleteDrained(ctx, v1.name)
@@ -421,8 +402,6 @@ func TestDeleteDrained(t *testing.T) {
 			require.Contains(t, d.Left, "still says Renamed or Removed")
 		}
 
-		v2 := newFixture(t, h, engine.Config{Journal: j})
-		v2.name = v1.name
 		v2.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a"))))
 		require.NoError(t, h.Admin.Transport().Publish(ctx, transport.Publishing{RoutingKey: cq, Message: transport.Message{MessageID: "late", Body: []byte(`{}`)}}))
 		sub, err := h.Admin.Transport().Consume(ctx, bq+broker.DeadLetterSuffix, transport.ConsumeOptions{Prefetch: 1})

@@ -25,21 +25,11 @@ func (a *app) flowsCheckCommand() *cobra.Command {
 			"binary would then refuse to start. Needs the broker and, for the versions and the runs, the\n" +
 			"workers' database.",
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
-			if len(a.flows) == 0 {
-				return fmt.Errorf("flows check: %w", ErrNoFlows)
-			}
-			s, err := a.openSession(cmd, sessionConfig{broker: bf,
-				noDatabase: "acemq-flow: no --database-url: only this process's journal is looked at, which knows no versions before this one"})
+			s, names, err := a.versionSession(cmd, "flows check", bf, args)
 			if err != nil {
 				return err
 			}
 			defer s.close(cmd.Context(), &err)
-			names := args
-			if len(names) == 0 {
-				for _, fi := range s.eng.Flows() {
-					names = append(names, fi.Name)
-				}
-			}
 			checks := make([]engine.FlowCheck, 0, len(names))
 			for _, name := range names {
 				c, err := s.eng.Check(cmd.Context(), name)
@@ -138,21 +128,11 @@ func (a *app) flowsDeleteDrainedCommand() *cobra.Command {
 			"The queues are unbound before they are looked at a last time and deleted, so that nothing\n" +
 			"can arrive in between.",
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
-			if len(a.flows) == 0 {
-				return fmt.Errorf("flows delete-drained: %w", ErrNoFlows)
-			}
-			s, err := a.openSession(cmd, sessionConfig{broker: bf,
-				noDatabase: "acemq-flow: no --database-url: only this process's journal is looked at, which knows no versions before this one"})
+			s, names, err := a.versionSession(cmd, "flows delete-drained", bf, args)
 			if err != nil {
 				return err
 			}
 			defer s.close(cmd.Context(), &err)
-			names := args
-			if len(names) == 0 {
-				for _, fi := range s.eng.Flows() {
-					names = append(names, fi.Name)
-				}
-			}
 			type flowDrained struct {
 				Flow  string               `json:"flow"`
 				Steps []engine.DrainedStep `json:"steps"`
@@ -185,4 +165,25 @@ func (a *app) flowsDeleteDrainedCommand() *cobra.Command {
 	bf.add(cmd)
 	addOutputFlag(cmd, &output)
 	return cmd
+}
+
+// versionSession opens the session of a command that compares this
+// binary's flows with what older versions left (flows check, flows
+// delete-drained), and names the flows to look at: args, or every flow.
+func (a *app) versionSession(cmd *cobra.Command, what string, bf brokerFlags, args []string) (*session, []string, error) {
+	if len(a.flows) == 0 {
+		return nil, nil, fmt.Errorf("%s: %w", what, ErrNoFlows)
+	}
+	s, err := a.openSession(cmd, sessionConfig{broker: bf,
+		noDatabase: "acemq-flow: no --database-url: only this process's journal is looked at, which knows no versions before this one"})
+	if err != nil {
+		return nil, nil, err
+	}
+	names := args
+	if len(names) == 0 {
+		for _, fi := range s.eng.Flows() {
+			names = append(names, fi.Name)
+		}
+	}
+	return s, names, nil
 }

@@ -44,7 +44,7 @@ func (r *stepRunner) startChild(ctx context.Context, a *stepAttempt, attempt int
 	d := &a.d
 	// Its body is the step's input until the child's output replaces it:
 	// a child that failed is started again on it.
-	resume, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.route, d.pos, json.RawMessage(d.m.Body), d.state, d.slip)
+	resume, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.wireRoute(), d.pos, json.RawMessage(d.m.Body), d.state, d.slip)
 	if err != nil {
 		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("child step %q: the message that resumes the run: %w", r.spec.Name, err)))
 	}

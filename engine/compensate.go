@@ -83,7 +83,7 @@ func (e *Engine) nextCompensation(ctx context.Context, f *flow, m *broker.Messag
 	for len(entries) > 0 {
 		entry := entries[len(entries)-1]
 		entries = entries[:len(entries)-1]
-		if s := f.spec(entry.Step); !s.Compensable && !f.isRemoved(entry.Step) {
+		if s := f.spec(f.renamed.of(entry.Step)); !s.Compensable && !f.isRemoved(entry.Step) {
 			// Renamed to a step without one: nothing in this version undoes it.
 			e.log.Error("a step cannot be compensated: this version of the flow has no compensation for it; the run will be unresolved",
 				slog.String("flow", f.name), slog.String("run_id", m.RunID), slog.String("step", entry.Step))
@@ -178,7 +178,6 @@ func newCompRunner(e *Engine, f *flow, i int, tidy func(queue, runID string)) *c
 // before the broker hears of it (written).
 func (c *compRunner) handle(ctx context.Context, m *broker.Message) broker.Ack {
 	a := &compAttempt{d: readCompensation(m), result: compMalformed, recording: recording{start: c.e.now()}}
-	c.f.migrate(&a.d)
 	return noted(c.decide(ctx, a), a)
 }
 

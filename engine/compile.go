@@ -378,9 +378,12 @@ type hop struct {
 	due time.Time
 }
 
-// knows refuses a route naming a step the flow does not have
-// (ErrUnknownStep): a route from another version of the flow, or a
-// foreign publisher's mistake, which no step of this flow can route.
+// knows refuses a route (what is left of one) naming a step the flow does
+// not have (ErrUnknownStep): a route from another version of the flow, or
+// a foreign publisher's mistake, which no step of this flow can route.
+// The steps a run has done are history: a worker of an older version
+// during a rolling deploy takes a run that went through a step only the
+// newer one has.
 func (f *flow) knows(route []string) error {
 	for _, name := range route {
 		if _, ok := f.index[name]; !ok && !f.isRemoved(name) {
@@ -395,7 +398,7 @@ func (f *flow) knows(route []string) error {
 // same on every retry, so the caller gives the run up; so is a route
 // naming a step the flow does not have (ErrUnknownStep).
 func (f *flow) plan(route []string, pos int, payload any, now time.Time) (hop, error) {
-	if err := f.knows(route); err != nil {
+	if err := f.knows(route[min(pos+1, len(route)):]); err != nil {
 		return hop{next: pos + 1}, err
 	}
 	h := hop{next: pos + 1}

@@ -20,6 +20,9 @@ type delivery struct {
 	route []string
 	pos   int
 	slip  *patterns.RoutingSlip
+	// wire is the route as the message carried it, when route reads steps
+	// the flow renamed by their new names (flow.migrate); nil otherwise.
+	wire []string
 	// replays is how many times the run was replayed (acemq-replay-count).
 	replays int
 	// returns is how many times the broker took the message back unsettled
@@ -152,6 +155,24 @@ const headerDeliveryCount = "x-delivery-count"
 
 // step is the name of the step the message is addressed to ("" when its
 // route could not be read).
+// wireRoute is the route as the run writes it on: as its message carried
+// it (flow.migrate).
+func (d *delivery) wireRoute() []string {
+	if d.wire != nil {
+		return d.wire
+	}
+	return d.route
+}
+
+// named is the name the run's message gives the step it is at, which is
+// step unless the flow renamed it (flow.migrate).
+func (d *delivery) named(step string) string {
+	if d.wire != nil && d.pos >= 0 && d.pos < len(d.wire) {
+		return d.wire[d.pos]
+	}
+	return step
+}
+
 func (d *delivery) step() string {
 	if d.pos < 0 || d.pos >= len(d.route) {
 		return ""

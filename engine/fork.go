@@ -108,7 +108,7 @@ func (r *stepRunner) fork(ctx context.Context, a *stepAttempt) broker.Ack {
 	if fk.ForEach {
 		limit = min(fk.Concurrency, total)
 	}
-	parent, err := json.Marshal(forkParent{Route: d.route, Pos: d.pos, State: d.state, Input: d.m.Body})
+	parent, err := json.Marshal(forkParent{Route: d.wireRoute(), Pos: d.pos, State: d.state, Input: d.m.Body})
 	if err != nil {
 		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("keep what fork %q needs to go on: %w", r.spec.Name, err)))
 	}
@@ -632,7 +632,7 @@ func (r *stepRunner) branchGivenUp(ctx context.Context, a *stepAttempt, st runSt
 func (r *stepRunner) holdBranch(ctx context.Context, a *stepAttempt, st runState, serr error, reject bool) broker.Ack {
 	d := &a.d
 	until := r.e.now().Add(r.f.hold)
-	timer, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.route, len(d.route)-1, json.RawMessage(d.m.Body), st, nil)
+	timer, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.wireRoute(), len(d.route)-1, json.RawMessage(d.m.Body), st, nil)
 	if err == nil {
 		var h string
 		if h, err = jsonHeader(holdRef{Step: r.spec.Name, Replays: d.replays}); err == nil {

@@ -43,23 +43,24 @@ func migrationsOf(def *dsl.FlowDef) migrations {
 	return ms
 }
 
-// migrate renames, in what d carries, the steps the flow says were
-// renamed (dsl.Renamed): its route, the compensations its run owes, and
-// those still to come after a compensation's own. A message of an older
-// version then goes on as one of this version would.
+// migrate reads, in d's route, the steps the flow says were renamed
+// (dsl.Renamed) by their new names, and keeps the route as the message
+// carried it (d.wire): what the run writes on keeps the old names (the
+// route of its next hop, the key its step is claimed under, the
+// compensation it will owe), so that a worker of the older version still
+// running during a rolling deploy takes it as its own and the two
+// versions claim a step under one key. The compensations a run owes keep
+// their names too: an old name's compensation queue is this version's
+// (bindMigrated), and nextCompensation reads them by their new names.
 func (f *flow) migrate(d *delivery) {
-	if len(f.renamed) == 0 {
+	if len(f.renamed) == 0 || !slices.ContainsFunc(d.route, f.renamed.has) {
 		return
 	}
-	// What d holds may be the message's own: renamed in copies.
-	if slices.ContainsFunc(d.route, f.renamed.has) {
-		d.route = slices.Clone(d.route)
-		for i, s := range d.route {
-			d.route[i] = f.renamed.of(s)
-		}
+	d.wire = d.route
+	d.route = slices.Clone(d.route)
+	for i, s := range d.route {
+		d.route[i] = f.renamed.of(s)
 	}
-	d.state.Compensate = f.renamed.entries(d.state.Compensate)
-	d.comp.Remaining = f.renamed.entries(d.comp.Remaining)
 }
 
 // reroute gives a step's message the route the flow now has where the
@@ -74,7 +75,7 @@ func (f *flow) reroute(d *delivery) (adopted bool) {
 	}
 	if to, ok := f.removed[d.step()]; ok && to != "" {
 		k := slices.Index(f.own, to)
-		d.route = append(append(slices.Clip(slices.Clone(d.route[:d.pos])), to), f.own[k+1:]...)
+		d.route, d.wire = append(append(slices.Clip(slices.Clone(d.route[:d.pos])), to), f.own[k+1:]...), nil
 		return true
 	}
 	if !f.adopt {
@@ -85,7 +86,8 @@ func (f *flow) reroute(d *delivery) (adopted bool) {
 		return false
 	}
 	if want := f.own[k+1:]; !slices.Equal(d.route[d.pos+1:], want) {
-		d.route = append(slices.Clip(slices.Clone(d.route[:d.pos+1])), want...)
+		d.route = append(slices.Clip(slices.Clone(d.wireRoute()[:d.pos+1])), want...)
+		d.wire = nil
 		return true
 	}
 	return false
@@ -122,19 +124,6 @@ func (r renames) of(step string) string {
 		return n
 	}
 	return step
-}
-
-// entries are entries with their steps' names of this version (a copy,
-// when any changes).
-func (r renames) entries(entries []compEntry) []compEntry {
-	if !slices.ContainsFunc(entries, func(e compEntry) bool { return r.has(e.Step) }) {
-		return entries
-	}
-	out := slices.Clone(entries)
-	for i := range out {
-		out[i].Step = r.of(out[i].Step)
-	}
-	return out
 }
 
 // bindMigrated adds to the flow's topology the queues of the steps it

@@ -247,12 +247,10 @@ func (e *Engine) planReplayFrom(ctx context.Context, runID, step string) (replay
 		if err := json.Unmarshal([]byte(st.Run), &p.state); err != nil {
 			return p, fmt.Errorf("replay run %s from %q: the kept run state: %w", runID, p.step, err)
 		}
-		// Under this version's names; a step it no longer has has no
-		// compensation queue to send to.
-		p.state.Compensate = slices.DeleteFunc(f.renamed.entries(p.state.Compensate), func(c compEntry) bool {
-			_, known := f.index[c.Step]
-			return !known
-		})
+		// Kept as they were written: an old name's compensation is taken
+		// by its new name's (dsl.Renamed), and one this version has no
+		// compensation for leaves the run unresolved when it is
+		// compensated (nextCompensation), rather than dropped here.
 	}
 	return p, nil
 }

@@ -224,7 +224,7 @@ func (r *stepRunner) wait(ctx context.Context, a *stepAttempt) broker.Ack {
 	if d.signal != nil {
 		return r.resumed(ctx, a)
 	}
-	key := waitKey(d.replays, d.pos, r.spec.Name)
+	key := waitKey(d.replays, d.pos, d.named(r.spec.Name))
 	if _, _, err := r.e.joins.OpenJoin(ctx, journal.Join{RunID: d.m.RunID, Key: key, Total: 2, Limit: 2}, nil); err != nil {
 		return broker.Retry(fmt.Errorf("wait %q: %w", r.spec.Name, err))
 	}
@@ -260,7 +260,7 @@ func (r *stepRunner) wait(ctx context.Context, a *stepAttempt) broker.Ack {
 // own, with the run's route, position and state and ref, under a message
 // id of the wait's (with suffix).
 func (r *stepRunner) waitMessage(ctx context.Context, d *delivery, ref signalRef, suffix string) (broker.Outgoing, error) {
-	out, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.route, d.pos, json.RawMessage(d.m.Body), d.state, d.slip)
+	out, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.wireRoute(), d.pos, json.RawMessage(d.m.Body), d.state, d.slip)
 	if err != nil {
 		return broker.Outgoing{}, fmt.Errorf("wait %q: the message that resumes the run: %w", r.spec.Name, err)
 	}

@@ -246,7 +246,7 @@ func (r *stepRunner) decide(ctx context.Context, a *stepAttempt) broker.Ack {
 	if d.step() != r.spec.Name {
 		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("%w: flow %q step %q got a message for step %q", ErrMisrouted, r.f.name, r.spec.Name, d.step())))
 	}
-	if err := r.f.knows(d.route); err != nil {
+	if err := r.f.knows(d.route[d.pos:]); err != nil {
 		return r.giveUp(ctx, a, d.state, nil, broker.Fatal(fmt.Errorf("flow %q step %q: %w", r.f.name, r.spec.Name, err)))
 	}
 	if err := r.e.overDeliveryLimit(d); err != nil {
@@ -465,6 +465,7 @@ func stepKey(runID string, replays, pos int, step string) string {
 // and on a branch the join's and the branch's too, since a ForEach runs
 // the same step at the same position for every item.
 func (d *delivery) stepKey(step string) string {
+	step = d.named(step)
 	if d.branch != nil {
 		return fmt.Sprintf("%s/%s/%d/%d/%s", d.m.RunID, d.branch.Join, d.branch.Branch, d.pos, step)
 	}
@@ -544,7 +545,7 @@ func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
 		return w
 	}
 	if r.spec.Compensable {
-		entry, err := r.f.entry(r.spec.Name, out)
+		entry, err := r.f.entry(d.named(r.spec.Name), out)
 		if err != nil {
 			w.giveUp, w.unresolved = &patterns.StepError{Step: r.spec.Name, Err: broker.Fatal(err)}, []string{r.spec.Name}
 			return w
@@ -577,7 +578,7 @@ func (r *stepRunner) work(ctx context.Context, a *stepAttempt) (w worked) {
 	if r.spec.Compensable {
 		carried, spills = r.e.spill(d.m.RunID, d.at(), w.after)
 	}
-	next, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.route, plan.next, out, carried, d.slip)
+	next, err := r.f.hopMessage(ctx, r.e.conn, d.m, d.wireRoute(), plan.next, out, carried, d.slip)
 	if err != nil {
 		w.giveUp = &patterns.HopError{Step: r.spec.Name, To: d.route[plan.next], Err: broker.Fatal(err)}
 		return w

@@ -23,6 +23,9 @@ import (
 type effect struct {
 	worker string
 	at     time.Time
+	// as is the step's name it was applied under, when the flow renamed
+	// the step (see session.alias) and it is not the effect's.
+	as string
 }
 
 // fate is what became of one run, as the journal, the effects table and
@@ -47,9 +50,10 @@ const (
 	problemAhead       = "journal ahead: the journal shows it ended but its last effect never happened"
 	problemMissing     = "effect missing: it ended without one of its steps' effects"
 	problemUnannounced = "started though its start reported a failure"
+	problemStranded    = "stranded: once every worker stopped, the journal shows it running or waiting, or a message of it is still in a queue"
 )
 
-var problemOrder = []string{problemLost, problemJoinTwice, problemDouble, problemMissing, problemAhead, problemBehind, problemUnfinished, problemUnannounced}
+var problemOrder = []string{problemLost, problemStranded, problemJoinTwice, problemDouble, problemMissing, problemAhead, problemBehind, problemUnfinished, problemUnannounced}
 
 // evidenceRuns is how many runs of each problem the evidence shows.
 const evidenceRuns = 5
@@ -106,6 +110,13 @@ func (s *session) account(ctx context.Context, r *row, progress io.Writer) {
 	}
 
 	problems := map[string][]*fate{}
+	r.Deployed = s.deploy != nil
+	leftovers := 0
+	defer func() {
+		if leftovers > 0 {
+			s.note("%d ended runs have a copy of a message left on the ladder (a put-back of a redelivery): it comes back as a duplicate, which its step accepts", leftovers)
+		}
+	}()
 	for _, f := range fates {
 		if !f.sent && f.run == nil && len(f.effects) == 0 {
 			continue
@@ -113,6 +124,21 @@ func (s *session) account(ctx context.Context, r *row, progress io.Writer) {
 		r.Sent++
 		if !f.sent {
 			problems[problemUnannounced] = append(problems[problemUnannounced], f)
+		}
+		expected, expectedSet := s.expectedOf(f.id)
+		// A scenario of the other flows may leave messages of ended runs
+		// behind (a wait's timeout on the ladder): only a deploy counts.
+		// Nor does a copy of an ended run's message on the ladder (a
+		// put-back of a redelivery its step's key was busy with): it comes
+		// back as a duplicate, which the step accepts.
+		ladderOnly := !slices.ContainsFunc(f.queues, func(q string) bool { return !strings.HasPrefix(q, s.ladder+".") })
+		endedRun := f.run != nil && f.run.Status.Stopped()
+		if r.Deployed && endedRun && ladderOnly && len(f.queues) > 0 {
+			leftovers++
+		}
+		if r.Deployed && (f.run != nil && (f.run.Status == journal.Running || f.run.Status == journal.Waiting) || len(f.queues) > 0 && !(endedRun && ladderOnly)) {
+			r.Stranded++
+			problems[problemStranded] = append(problems[problemStranded], f)
 		}
 		done := len(f.effects[s.lastEffect]) > 0
 		ended := f.run != nil && f.run.Status == s.final
@@ -133,7 +159,7 @@ func (s *session) account(ctx context.Context, r *row, progress io.Writer) {
 				r.DoubleEffects += len(applied) - 1
 				double = true
 			}
-			if !s.expectedSet[step] {
+			if !expectedSet[step] {
 				s.fail("run %s applied an effect no step of it has: %q", f.id, step)
 			}
 		}
@@ -152,7 +178,7 @@ func (s *session) account(ctx context.Context, r *row, progress io.Writer) {
 			problems[problemUnfinished] = append(problems[problemUnfinished], f)
 		}
 		if done {
-			for _, step := range s.expected {
+			for _, step := range expected {
 				if len(f.effects[step]) == 0 {
 					problems[problemMissing] = append(problems[problemMissing], f)
 					break
@@ -177,9 +203,28 @@ func (s *session) readEffects(ctx context.Context, get func(string) *fate) error
 			return err
 		}
 		f := get(id)
-		f.effects[step] = append(f.effects[step], effect{worker: s.fleet.nameOf(worker), at: at})
+		e := effect{worker: s.fleet.nameOf(worker), at: at}
+		if name, ok := s.alias[step]; ok {
+			e.as, step = step, name
+		}
+		f.effects[step] = append(f.effects[step], e)
 	}
 	return rows.Err()
+}
+
+// expectedOf are the effects run id is to apply once each, in order, and
+// the same as a set: those of the route it started on.
+func (s *session) expectedOf(id string) ([]string, map[string]bool) {
+	if s.deploy == nil {
+		return s.expected, s.expectedSet
+	}
+	s.mu.Lock()
+	v2 := s.deploy.newRoute[id]
+	s.mu.Unlock()
+	if !v2 {
+		return s.expected, s.expectedSet
+	}
+	return s.deploy.expectedV2, s.deploy.expectedV2Set
 }
 
 // maxScanned bounds how many messages of one queue the scan reads.
@@ -234,10 +279,24 @@ func (s *session) scanQueues(ctx context.Context) (map[string][]string, error) {
 // queues are the scenario's queues, by name.
 func (s *session) queues() []string {
 	var out []string
+	seen := map[string]bool{}
 	withSide := func(q string) {
-		out = append(out, q, q+broker.DeadLetterSuffix, q+broker.ParkedSuffix)
+		if !seen[q] {
+			seen[q] = true
+			out = append(out, q, q+broker.DeadLetterSuffix, q+broker.ParkedSuffix)
+		}
 	}
-	for _, fi := range s.eng.Flows() {
+	infos := s.eng.Flows()
+	if s.engV2 != nil {
+		for _, fi := range s.engV2.Flows() {
+			if fi.Name == s.flow {
+				// Its queues: those it shares with the first are
+				// listed once.
+				infos = append(infos, fi)
+			}
+		}
+	}
+	for _, fi := range infos {
 		for _, st := range fi.Steps {
 			withSide(st.Queue)
 			if st.Compensation != "" {
@@ -275,7 +334,7 @@ func (s *session) evidence(ctx context.Context, problems map[string][]*fate, pro
 		slices.SortFunc(fs, func(a, b *fate) int { return cmp.Compare(a.id, b.id) })
 		s.note("%d runs %s (evidence in %s)", len(fs), p, path)
 		switch p {
-		case problemDouble, problemJoinTwice, problemLost:
+		case problemDouble, problemJoinTwice, problemLost, problemStranded:
 			// They fail the row by their counts.
 		case problemUnannounced:
 			// A start whose confirm was lost: the run is one all the same.
@@ -283,6 +342,9 @@ func (s *session) evidence(ctx context.Context, problems map[string][]*fate, pro
 			s.fail("%d runs %s", len(fs), strings.SplitN(p, ":", 2)[0])
 		}
 		fmt.Fprintf(w, "chaos: s%d: %d runs %s\n", s.sc.n, len(fs), p)
+		if p == problemStranded {
+			s.note("the stranded runs' messages by queue: %s", byQueue(fs))
+		}
 		for _, f := range fs[:min(len(fs), evidenceRuns)] {
 			s.describe(ctx, w, f)
 		}
@@ -291,6 +353,17 @@ func (s *session) evidence(ctx context.Context, problems map[string][]*fate, pro
 	for _, l := range s.fleet.warnings(logWarnings) {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
+}
+
+// byQueue counts the messages of fs by the queue they are in, for a note.
+func byQueue(fs []*fate) string {
+	n := map[string]int{}
+	for _, f := range fs {
+		for _, q := range f.queues {
+			n[q]++
+		}
+	}
+	return byStep(n)
 }
 
 // logWarnings is how many kinds of warning the evidence lists.
@@ -323,6 +396,9 @@ func (s *session) describe(ctx context.Context, w io.Writer, f *fate) {
 	for _, step := range steps {
 		for _, e := range f.effects[step] {
 			a := fmt.Sprintf("%s by %s at %s", step, e.worker, stamp(e.at))
+			if e.as != "" {
+				a = fmt.Sprintf("%s (as %s) by %s at %s", step, e.as, e.worker, stamp(e.at))
+			}
 			switch k := s.fleet.killedAt(e.worker); {
 			case k.IsZero():
 			case k.After(e.at) && k.Sub(e.at) < time.Second:

@@ -4,13 +4,13 @@
 // binary (internal/chaos/flowbin), and prints one row per scenario: runs
 // sent, completed and lost, the broker's duplicate deliveries, joins fired
 // twice, lost signals, the most runs of one key seen in a limited step,
-// double effects (a step's side effect applied twice) and the time it
+// runs stranded by a deploy of another version of the flow, double effects (a step's side effect applied twice) and the time it
 // took.
 //
 //	scripts/chaos.sh -scenarios 1,4 -runs 2000
 //
 // A scenario passes when every run it sent completed (as its journal
-// says), none was lost, no join fired twice, no effect was applied twice,
+// says), none was lost or stranded, no join fired twice, no effect was applied twice,
 // every run went on with the signal it was sent and no limited step ever
 // held more runs of a key than its limit; the command exits
 // with status 1 when one does not, after printing, for the runs that went
@@ -110,7 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.tlsAMQPURL, "tls-amqp-url", "", "cluster suite: the cluster's nodes over amqps://, with the client's TLS settings in the query")
 	fs.StringVar(&cfg.wrongCA, "wrong-ca", "", "cluster suite: a CA file that signed none of the cluster's certificates")
 	fs.IntVar(&cfg.runs, "runs", 0, "runs per scenario (0: each scenario's own size)")
-	fs.BoolVar(&cfg.short, "short", false, "the short form, what CI runs: scenarios 1 and 4 at 2,000 runs, 7 at 5, 9 at 500 (with -scenarios, those at their short size)")
+	fs.BoolVar(&cfg.short, "short", false, "the short form, what CI runs: scenarios 1 and 4 at 2,000 runs, 7 at 5, 9 and 10 at 500 (with -scenarios, those at their short size)")
 	fs.StringVar(&cfg.bin, "bin", "", "the chaos flow binary (go build ./internal/chaos/flowbin)")
 	fs.StringVar(&cfg.ctl, "ctl", "", "scripts/chaos.sh, whose ctl actions stop and start the services")
 	fs.StringVar(&cfg.logs, "logs", os.TempDir(), "directory for the workers' and the driver's logs")

@@ -19,6 +19,12 @@ type row struct {
 	Completed int `json:"completed"`
 	// Lost counts runs that never ended and whose message is in no queue.
 	Lost int `json:"lost"`
+	// Deployed says the scenario replaced its workers with another version
+	// of its flow; Stranded then counts the runs the journal still shows
+	// running or waiting, or with a message left in a queue of the flow's
+	// (an old step's among them), once every worker stopped.
+	Deployed bool `json:"deployed,omitempty"`
+	Stranded int  `json:"stranded"`
 	// DuplicateDeliveries is the node's count of messages delivered again
 	// after the connection or channel they were delivered on died unacked.
 	DuplicateDeliveries int64 `json:"duplicate_deliveries"`
@@ -44,10 +50,10 @@ type row struct {
 }
 
 // clean says the row's counts are those of a scenario that passed: every
-// run sent completed, none lost, no effect applied and no join fired
-// twice, no signal lost and no limit exceeded.
+// run sent completed, none lost or stranded, no effect applied and no join
+// fired twice, no signal lost and no limit exceeded.
 func (r row) clean() bool {
-	return r.Sent > 0 && r.Completed == r.Sent && r.Lost == 0 && r.DoubleEffects == 0 && r.JoinsTwice == 0 &&
+	return r.Sent > 0 && r.Completed == r.Sent && r.Lost == 0 && r.Stranded == 0 && r.DoubleEffects == 0 && r.JoinsTwice == 0 &&
 		r.LostSignals == 0 && r.MostInStep <= r.Limit
 }
 
@@ -60,7 +66,7 @@ func report(w io.Writer, format string, rows []row) error {
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tsent\tcompleted\tlost\tduplicate deliveries\tjoins fired twice\tlost signals\tmost in limited step\tdouble effects\ttime\tresult")
+	fmt.Fprintln(tw, "scenario\tsent\tcompleted\tlost\tduplicate deliveries\tjoins fired twice\tlost signals\tmost in limited step\tstranded\tdouble effects\ttime\tresult")
 	for _, r := range rows {
 		result := "ok"
 		if !r.OK {
@@ -80,8 +86,14 @@ func report(w io.Writer, format string, rows []row) error {
 		if r.Limit > 0 {
 			most = fmt.Sprintf("%d (limit %d)", r.MostInStep, r.Limit)
 		}
-		fmt.Fprintf(tw, "%d. %s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Scenario, r.Name, r.Sent, r.Completed, r.Lost,
-			r.DuplicateDeliveries, joins, lostSignals, most, r.DoubleEffects,
+		// Nor one that deployed no other version of its flow a stranded
+		// run (a run left unfinished is "unfinished" in its notes).
+		stranded := "-"
+		if r.Deployed {
+			stranded = strconv.Itoa(r.Stranded)
+		}
+		fmt.Fprintf(tw, "%d. %s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Scenario, r.Name, r.Sent, r.Completed, r.Lost,
+			r.DuplicateDeliveries, joins, lostSignals, most, stranded, r.DoubleEffects,
 			time.Duration(r.Seconds*float64(time.Second)).Round(100*time.Millisecond), result)
 	}
 	if err := tw.Flush(); err != nil {

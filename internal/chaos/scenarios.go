@@ -18,13 +18,17 @@ type scenario struct {
 	// runs is the scenario's own size; short its size in -short (0: not
 	// in the short form).
 	runs, short int
-	// flow is chaosflow.Pipeline, chaosflow.Saga, chaosflow.Forks or
-	// chaosflow.Waits.
+	// flow is chaosflow.Pipeline, chaosflow.Saga, chaosflow.Forks,
+	// chaosflow.Waits or chaosflow.Deploy.
 	flow    string
 	workers int
 	// workMillis is how long each step works before its effect (see
-	// chaosflow.Order.WorkMillis).
-	workMillis int
+	// chaosflow.Order.WorkMillis). workSeconds, when set, chooses it from
+	// the scenario's size instead: so that the deploy flow's slow steps,
+	// chaosflow.DeployConcurrency runs at a time in each worker, take
+	// about that long to work every run, whatever the size, and the runs
+	// are in flight at them for as long.
+	workMillis, workSeconds int
 	// startRate, when set, is the most runs started per second: the runs
 	// then come in steadily over the scenario rather than all at once, so
 	// that its faults find each part of the flow busy throughout.
@@ -36,8 +40,9 @@ type scenario struct {
 	// is in place and over, or, for a fault that lasts the whole scenario,
 	// with what ends it.
 	fault func(ctx context.Context, s *session) (end func(context.Context), err error)
-	// faultFirst holds the first start until fault has returned: the
-	// fault is in place from before the first run.
+	// faultFirst holds the first start until fault has returned, or
+	// said it is in place (session.faultInPlace): the fault is in place
+	// from before the first run.
 	faultFirst bool
 	// tls runs the scenario on config.tlsAMQPURL (the cluster over amqps).
 	tls bool
@@ -64,6 +69,8 @@ var scenarios = []scenario{
 	{n: 8, name: "forks: workers SIGKILLed with items in flight", runs: 20, flow: chaosflow.Forks, workers: 2, workMillis: 5, fault: killForking},
 	{n: 9, name: "waits and limits: workers SIGKILLed, connections closed", runs: 2000, short: 500, flow: chaosflow.Waits, workers: 3, workMillis: 250,
 		startRate: 40, fault: killAndClose},
+	{n: 10, name: "rolling deploy (b renamed, a step inserted), connections closed every 2 s", runs: 5000, short: 500, flow: chaosflow.Deploy,
+		workers: 3, workSeconds: 20, fault: rollingDeploy, faultFirst: true},
 }
 
 // Outages of scenarios 2 and 3: long enough for every worker to notice,

@@ -52,17 +52,33 @@ type session struct {
 	// expectedSet holds the same, to look them up.
 	expected    []string
 	expectedSet map[string]bool
-	ladder      string
-	dbURL       string
-	logFile     *os.File
-	log         *slog.Logger
-	pool        *pgxpool.Pool
-	conn        *broker.Conn
-	eng         *engine.Engine
-	jr          *persistence.SQLJournal
-	outbox      *persistence.SQLOutboxStore
-	relay       *patterns.OutboxRelay
-	fleet       *fleet
+	// workMillis is how long each step works before its effect: the
+	// scenario's workMillis, or what its workSeconds makes of its size.
+	workMillis int
+	// alias names, for the deploy flow, the effect a step renamed applies
+	// under its new name by its old (b2 is b): one run's b and b2 are one
+	// effect applied twice.
+	alias map[string]string
+	// inPlace is closed once the fault is in place (faultInPlace): a
+	// fault that goes on after it holds the first start until then.
+	inPlace     chan struct{}
+	inPlaceOnce sync.Once
+	// engV2 starts runs of the deploy flow's second version, once the
+	// workers run it (deploy.go); deploy is what the deploy saw.
+	engV2  *engine.Engine
+	deploy *deployState
+
+	ladder  string
+	dbURL   string
+	logFile *os.File
+	log     *slog.Logger
+	pool    *pgxpool.Pool
+	conn    *broker.Conn
+	eng     *engine.Engine
+	jr      *persistence.SQLJournal
+	outbox  *persistence.SQLOutboxStore
+	relay   *patterns.OutboxRelay
+	fleet   *fleet
 
 	mu       sync.Mutex
 	notes    []string
@@ -92,7 +108,8 @@ func runScenario(ctx context.Context, cfg config, sc scenario, progress io.Write
 }
 
 func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err error) {
-	s := &session{cfg: cfg, sc: sc, runs: sc.runs, prefix: fmt.Sprintf("chaos-s%d", sc.n), sent: map[string]bool{}}
+	s := &session{cfg: cfg, sc: sc, runs: sc.runs, prefix: fmt.Sprintf("chaos-s%d", sc.n), sent: map[string]bool{},
+		inPlace: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -103,6 +120,10 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 		s.runs = cfg.runs
 	case cfg.short && sc.short > 0:
 		s.runs = sc.short
+	}
+	s.workMillis = sc.workMillis
+	if sc.workSeconds > 0 {
+		s.workMillis = sc.workSeconds * 1000 * sc.workers * chaosflow.DeployConcurrency / max(s.runs, 1)
 	}
 	if sc.tls {
 		cfg.amqpURL = cfg.tlsAMQPURL
@@ -128,6 +149,10 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 		s.lastEffect, expected = chaosflow.WaitsLast, chaosflow.WaitsSteps
 		s.signals = map[string]string{}
 		s.lateSignals = map[string]bool{}
+	case chaosflow.Deploy:
+		expected = chaosflow.DeploySteps
+		s.alias = map[string]string{chaosflow.DeployRenamedTo: chaosflow.DeployRenamedFrom}
+		s.deploy = &deployState{newRoute: map[string]bool{}}
 	}
 	s.expected = expected
 	s.expectedSet = make(map[string]bool, len(expected))
@@ -162,6 +187,14 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 	if err := s.eng.Register(chaosflow.Flows(s.prefix, nil)...); err != nil {
 		return nil, fmt.Errorf("register the chaos flows: %w", err)
 	}
+	env := append(cleanEnviron(), "ACEMQ_URL="+workerURL, "ACEMQ_DATABASE_URL="+s.dbURL,
+		"ACEMQ_LADDER="+s.ladder, "CHAOS_PREFIX="+s.prefix)
+	if s.deploy != nil {
+		if err := s.registerDeploy(); err != nil {
+			return nil, err
+		}
+		env = append(env, "CHAOS_FLOW_VERSION="+chaosflow.DeployV1)
+	}
 	if sc.outbox {
 		if s.outbox, err = persistence.NewSQLOutboxStore(s.pool, persistence.SQLOutboxStoreConfig{}); err != nil {
 			return nil, err
@@ -171,8 +204,6 @@ func newSession(ctx context.Context, cfg config, sc scenario) (_ *session, err e
 			return nil, err
 		}
 	}
-	env := append(cleanEnviron(), "ACEMQ_URL="+workerURL, "ACEMQ_DATABASE_URL="+s.dbURL,
-		"ACEMQ_LADDER="+s.ladder, "CHAOS_PREFIX="+s.prefix)
 	s.fleet = newFleet(ctx, cfg.bin, cfg.logs, s.prefix, env, s)
 	return s, nil
 }
@@ -261,6 +292,7 @@ func (s *session) run(ctx context.Context, progress io.Writer) row {
 		if s.sc.faultFirst {
 			select {
 			case <-faultDone:
+			case <-s.inPlace:
 			case <-startCtx.Done():
 				return
 			}
@@ -295,6 +327,11 @@ func (s *session) finish(ctx context.Context, r row, progress io.Writer) row {
 	if err := s.eng.Close(stop); err != nil {
 		s.fail("flush the driver's journal writer: %v", err)
 	}
+	if s.engV2 != nil {
+		if err := s.engV2.Close(stop); err != nil {
+			s.fail("flush the journal writer of the driver's version 2: %v", err)
+		}
+	}
 	n, err := s.redeliveredNow(stop)
 	if err != nil {
 		s.fail("read the node's redelivery counter: %v", err)
@@ -305,6 +342,9 @@ func (s *session) finish(ctx context.Context, r row, progress io.Writer) row {
 	s.account(stop, &r, progress)
 	if s.signals != nil {
 		s.accountWaits(stop, &r)
+	}
+	if s.deploy != nil {
+		s.accountDeploy(stop)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -328,6 +368,9 @@ func (s *session) close() {
 	}
 	if s.eng != nil {
 		_ = s.eng.Close(ctx)
+	}
+	if s.engV2 != nil {
+		_ = s.engV2.Close(ctx)
 	}
 	if s.conn != nil {
 		_ = s.conn.Close(ctx)
@@ -392,7 +435,12 @@ feed:
 // at once or leaves it for when the run waits, every other run.
 func (s *session) startOne(ctx context.Context, i int) {
 	id := fmt.Sprintf("%s-%06d", s.prefix, i+1)
-	o := chaosflow.Order{ID: id, WorkMillis: s.sc.workMillis}
+	o := chaosflow.Order{ID: id, WorkMillis: s.workMillis}
+	eng := s.eng
+	if i >= s.runs && s.engV2 != nil {
+		// A run started after the deploy, by the new version.
+		eng = s.engV2
+	}
 	if s.signals != nil {
 		o.Tenant = chaosflow.Tenant(i)
 	}
@@ -400,7 +448,7 @@ func (s *session) startOne(ctx context.Context, i int) {
 	for {
 		var err error
 		if s.outbox == nil {
-			_, err = s.eng.Start(ctx, s.flow, o, engine.RunID(id))
+			_, err = eng.Start(ctx, s.flow, o, engine.RunID(id))
 		} else {
 			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 				_, err := engine.StartTx(ctx, s.eng, s.outbox, persistence.DB(tx), s.flow, o, engine.RunID(id))
@@ -410,6 +458,9 @@ func (s *session) startOne(ctx context.Context, i int) {
 		if err == nil {
 			s.mu.Lock()
 			s.sent[id] = true
+			if eng == s.engV2 {
+				s.deploy.newRoute[id] = true
+			}
 			if s.signals != nil && i%2 == 1 {
 				s.lateSignals[id] = true
 			}
@@ -669,6 +720,10 @@ func (s *session) settleDeadClaims(ctx context.Context, died time.Time) ([]strin
 		slog.Bool("expired", s.cfg.expireDeadClaims))
 	return keys, nil
 }
+
+// faultInPlace says the fault is in place: a scenario with faultFirst
+// starts its runs.
+func (s *session) faultInPlace() { s.inPlaceOnce.Do(func() { close(s.inPlace) }) }
 
 // note records something the row's reader should know.
 func (s *session) note(format string, args ...any) {

@@ -53,8 +53,11 @@ type fleet struct {
 // worker is one worker process.
 type worker struct {
 	name, logPath string
-	cmd           *exec.Cmd
-	done          chan struct{}
+	// env is what the worker's environment has beyond the fleet's (a
+	// version of the deploy flow): a replacement gets it too.
+	env  []string
+	cmd  *exec.Cmd
+	done chan struct{}
 	// code is the exit status once done is closed (-1: killed by a signal).
 	code int
 	// asked says the driver stopped it on purpose.
@@ -68,14 +71,18 @@ func newFleet(ctx context.Context, bin, logs, prefix string, env []string, s *se
 }
 
 // start starts a worker and waits until it logs that it works.
-func (f *fleet) start(ctx context.Context) (*worker, error) {
+func (f *fleet) start(ctx context.Context) (*worker, error) { return f.startWith(ctx, nil) }
+
+// startWith is start with env added to the fleet's environment (a
+// variable of both takes env's value).
+func (f *fleet) startWith(ctx context.Context, env []string) (*worker, error) {
 	f.mu.Lock()
 	if f.stopping {
 		f.mu.Unlock()
 		return nil, errStopping
 	}
 	f.seq++
-	w := &worker{name: fmt.Sprintf("w%d", f.seq), done: make(chan struct{})}
+	w := &worker{name: fmt.Sprintf("w%d", f.seq), env: env, done: make(chan struct{})}
 	f.mu.Unlock()
 	w.logPath = filepath.Join(f.logs, f.prefix+"-"+w.name+".log")
 	lf, err := os.Create(w.logPath)
@@ -83,7 +90,7 @@ func (f *fleet) start(ctx context.Context) (*worker, error) {
 		return nil, fmt.Errorf("%s: log: %w", w.name, err)
 	}
 	w.cmd = exec.Command(f.bin, "worker", "--close-timeout", workerCloseTimeout.String())
-	w.cmd.Env = f.env
+	w.cmd.Env = append(slices.Clone(f.env), env...)
 	w.cmd.Stdout, w.cmd.Stderr = lf, lf
 	// A process group of its own, so that a ^C meant for the driver does
 	// not reach it (the driver drains it); and killed if the driver dies.
@@ -141,7 +148,7 @@ func (f *fleet) watch(w *worker) {
 	if sleep(f.ctx, time.Second) != nil {
 		return
 	}
-	if _, err := f.start(f.ctx); err != nil && !errors.Is(err, errStopping) && f.ctx.Err() == nil {
+	if _, err := f.startWith(f.ctx, w.env); err != nil && !errors.Is(err, errStopping) && f.ctx.Err() == nil {
 		f.s.fail("replace %s: %v", w.name, err)
 	}
 }

@@ -60,6 +60,10 @@ const (
 	// WaitsSignal, and WaitsLast, at most TenantLimit runs of a tenant in
 	// it at once.
 	Waits = "waits"
+	// Deploy is the flow of the rolling deploy, in the versions
+	// DeployFlow builds: a, b and c; then a, DeployInserted, DeployRenamedTo
+	// (b renamed) and c.
+	Deploy = "deploy"
 )
 
 // The waits flow's shape.
@@ -405,6 +409,72 @@ func forks(prefix string, fx *Effects, step func(string) func(context.Context, O
 			Concurrency(ForEachConcurrency).Transactional(),
 		dsl.Parallel("branches", branches...).Join(joinBranches).Transactional(),
 		dsl.Step(ForksLast, step(ForksLast)).Retry(StepRetry).Transactional())
+}
+
+// The deploy flow's versions (DeployFlow, CHAOS_FLOW_VERSION in the chaos
+// flow binary): DeployV1 is a, b, c; DeployV2 renames b to DeployRenamedTo
+// (dsl.Renamed) and inserts DeployInserted before it; DeployV2Unrenamed is
+// DeployV2 without the Renamed, the deploy `flows check` must refuse while
+// runs are at b.
+const (
+	DeployV1          = "1"
+	DeployV2          = "2"
+	DeployV2Unrenamed = "2-unrenamed"
+)
+
+// The deploy flow's steps that change between its versions, and how many
+// runs each worker works on at once in its slow steps (b, DeployRenamedTo
+// and c, which work Order.WorkMillis each; a and DeployInserted do not
+// work): few, so that thousands of runs wait at them during the deploy.
+const (
+	DeployRenamedFrom = "b"
+	DeployRenamedTo   = "b2"
+	DeployInserted    = "audit"
+	DeployConcurrency = 4
+)
+
+// The deploy flow's routes: DeploySteps of DeployV1, DeployStepsV2 of
+// DeployV2 and DeployV2Unrenamed.
+var (
+	DeploySteps   = []string{"a", DeployRenamedFrom, "c"}
+	DeployStepsV2 = []string{"a", DeployInserted, DeployRenamedTo, "c"}
+)
+
+// ErrUnknownVersion: DeployFlow has no such version.
+var ErrUnknownVersion = errors.New("chaos deploy flow: unknown version")
+
+// DeployFlow is the flow prefix.Deploy at version (DeployV1, DeployV2 or
+// DeployV2Unrenamed), its effects applied by fx: each step applies the
+// effect of its own name, so that b's applied by a worker of version 1
+// and DeployRenamedTo's applied by one of version 2 tell which name a run
+// went through the step under.
+func DeployFlow(prefix string, fx *Effects, version string) (*dsl.FlowDef, error) {
+	step := func(name string, work bool) func(context.Context, Order) (Order, error) {
+		return func(ctx context.Context, o Order) (Order, error) {
+			worked := o
+			if !work {
+				worked.WorkMillis = 0
+			}
+			return o, fx.Apply(ctx, worked, name)
+		}
+	}
+	slow := func(name string) dsl.Part {
+		return dsl.Step(name, step(name, true)).Retry(StepRetry).Transactional().Concurrency(DeployConcurrency)
+	}
+	parts := []dsl.Part{dsl.Example(Order{ID: "example"}), dsl.Step("a", step("a", false)).Retry(StepRetry).Transactional()}
+	switch version {
+	case DeployV1:
+		parts = append(parts, slow(DeployRenamedFrom))
+	case DeployV2, DeployV2Unrenamed:
+		parts = append(parts, dsl.Step(DeployInserted, step(DeployInserted, false)).Retry(StepRetry).Transactional(),
+			slow(DeployRenamedTo))
+		if version == DeployV2 {
+			parts = append(parts, dsl.Renamed(DeployRenamedFrom, DeployRenamedTo))
+		}
+	default:
+		return nil, fmt.Errorf("%w %q (want %s, %s or %s)", ErrUnknownVersion, version, DeployV1, DeployV2, DeployV2Unrenamed)
+	}
+	return dsl.Flow(prefix+"."+Deploy, append(parts, slow("c"))...), nil
 }
 
 // WorkerName names this process in the effects it applies: its pid,

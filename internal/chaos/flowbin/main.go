@@ -3,6 +3,9 @@
 // command, and the chaos driver runs its `worker` as separate processes.
 // The flows are named after CHAOS_PREFIX (default "chaos"), and their
 // effects go to ACEMQ_DATABASE_URL, the database the workers journal in.
+// CHAOS_FLOW_VERSION, when set, adds the deploy flow at that version
+// (chaosflow.DeployFlow: 1, 2 or 2-unrenamed), so that one binary is both
+// sides of the rolling deploy of scenario 10.
 package main
 
 import (
@@ -23,5 +26,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chaos flows:", err)
 		os.Exit(1)
 	}
-	cli.Main(chaosflow.Flows(prefix, fx)...)
+	flows := chaosflow.Flows(prefix, fx)
+	if v := os.Getenv("CHAOS_FLOW_VERSION"); v != "" {
+		deploy, err := chaosflow.DeployFlow(prefix, fx, v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos flows: CHAOS_FLOW_VERSION:", err)
+			os.Exit(1)
+		}
+		flows = append(flows, deploy)
+	}
+	cli.Main(flows...)
 }

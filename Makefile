@@ -64,11 +64,11 @@ fuzz:
 
 .PHONY: chaos chaos-short
 
-## chaos: the nine chaos scenarios at full size, on a RabbitMQ node and a PostgreSQL cluster of their own (docs/chaos.md)
+## chaos: the ten chaos scenarios at full size, on a RabbitMQ node and a PostgreSQL cluster of their own (docs/chaos.md)
 chaos:
 	scripts/chaos.sh
 
-## chaos-short: scenarios 1 and 4 at 2,000 runs, 7 (forks) at 5 and 9 (waits and limits) at 500, what CI runs
+## chaos-short: scenarios 1 and 4 at 2,000 runs, 7 (forks) at 5, 9 (waits and limits) and 10 (rolling deploy) at 500, what CI runs
 chaos-short:
 	scripts/chaos.sh -short
 

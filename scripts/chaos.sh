@@ -3,7 +3,7 @@
 # node and a PostgreSQL cluster of their own, on ports of their own, so
 # that the services everything else uses (5672, 5432) are never touched.
 #
-#   scripts/chaos.sh [driver flags]    e.g. -scenarios 1,4 -runs 2000, or -short
+#   scripts/chaos.sh [driver flags]    e.g. -scenarios 1,4 -runs 2000, or -short (1, 4, 7, 9, 10)
 #   scripts/chaos.sh ctl ACTION        what the driver runs to inject faults
 #
 # It builds the driver and the chaos flow binary, starts the services,

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/internal/brokertest"
+	"github.com/acemq/acemq-flow/patterns"
 )
 
 // trails keeps the trail each run's last step saw: the steps it went
@@ -64,13 +66,16 @@ func inFlight(t *testing.T, v1 *fixture, ef *effects, orders ...Order) []string 
 	return ids
 }
 
-// versions are two fixtures of one flow sharing a journal: its version 1
-// and the version 2 that replaces it.
+// versions are two fixtures of one flow sharing a journal and an
+// idempotency store, as workers of two versions share a database: its
+// version 1 and the version 2 that replaces it.
 func versions(t *testing.T, h *brokertest.Harness) (v1, v2 *fixture) {
 	t.Helper()
 	j, err := journal.NewMemory(0)
 	require.NoError(t, err)
-	v1, v2 = newFixture(t, h, engine.Config{Journal: j}), newFixture(t, h, engine.Config{Journal: j})
+	store, err := patterns.NewInMemoryIdempotencyStore(time.Hour)
+	require.NoError(t, err)
+	v1, v2 = newFixture(t, h, engine.Config{Journal: j, Store: store}), newFixture(t, h, engine.Config{Journal: j, Store: store})
 	v2.name = v1.name
 	return v1, v2
 }
@@ -434,4 +439,74 @@ func TestDeleteDrained(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, got, "nothing left to delete")
 	})
+}
+
+// TestRollingDeploy: while workers of two versions run side by side, a
+// step's message done by the older one under the step's old name and
+// delivered again to the newer one (its acknowledgement lost with the
+// connection) is a duplicate there, not a second run of the step; the
+// newer one sends the run on under the names it came with; and a worker
+// takes a run whose route names, among the steps it has done, one its
+// version does not have.
+func TestRollingDeploy(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ctx := brokertest.Ctx(t)
+		ef := newEffects()
+		ran := make(chan string, 4)
+		v1, v2 := versions(t, h)
+		v1.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")), dsl.Step("b", appendStep(ef, "b")), dsl.Step("c", appendStep(ef, "c"))))
+		w := v1.work()
+		tapB, tapC := h.Queue("tap-b"), h.Queue("tap-c")
+		h.Bind(tapB, v1.name, "b")
+		h.Bind(tapC, v1.name, "c")
+		done := v1.start(Order{ID: "1"})
+		v1.waitStatus(done, journal.Completed, 10*time.Second)
+		again := h.Get(tapB, 5*time.Second)
+		h.Get(tapC, 5*time.Second)
+		require.NoError(t, w.Close(ctx))
+
+		b2 := func(ctx context.Context, o Order) (Order, error) {
+			m, _ := broker.Handling(ctx)
+			ran <- m.RunID
+			return appendStep(ef, "b2")(ctx, o)
+		}
+		v2.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")), dsl.Step("x", appendStep(ef, "x")), dsl.Step("b2", b2),
+			dsl.Step("c", appendStep(ef, "c")), dsl.Renamed("b", "b2")))
+		w2 := v2.work()
+		require.NoError(t, h.Admin.Transport().Publish(ctx, transport.Publishing{RoutingKey: v1.name + ".b", Message: again.Message}))
+		brokertest.Nothing(t, ran, 500*time.Millisecond)
+		require.Zero(t, ef.get(done, "b2"), "b was claimed under its old name: the copy is a duplicate")
+		require.Equal(t, 1, ef.get(done, "c"))
+
+		// A run of version 1 at b goes on under b's name.
+		inFlightRun, err := v1.eng.Start(ctx, v1.name, Order{ID: "2"})
+		require.NoError(t, err)
+		require.Equal(t, inFlightRun.RunID, <-ran)
+		v2.waitStatus(inFlightRun.RunID, journal.Completed, 10*time.Second)
+		hop := h.Get(tapC, 5*time.Second)
+		require.Equal(t, []string{"a", "b", "c"}, routeOf(t, hop), "the route it was sent on keeps b's name")
+		require.NoError(t, w2.Close(ctx))
+
+		// Version 1 takes a run of version 2 at c: x, done, is history.
+		w = v1.work()
+		out, err := h.Admin.Prepare(ctx, Order{ID: "3"}, broker.ToExchange(v1.name), broker.To("c"), broker.Mandatory(),
+			broker.Route([]string{"a", "x", "b2", "c"}, 3), broker.RunID("run-of-v2"))
+		require.NoError(t, err)
+		require.NoError(t, h.Admin.Send(ctx, out))
+		require.Eventually(t, func() bool { return ef.get("run-of-v2", "c") == 1 }, 10*time.Second, 5*time.Millisecond)
+		require.Zero(t, h.Depth(v1.name+".c"+broker.DeadLetterSuffix))
+		require.NoError(t, w.Close(ctx))
+	})
+}
+
+// routeOf is the route a step's message carries.
+func routeOf(t *testing.T, d *transport.Delivery) []string {
+	t.Helper()
+	arr, ok := d.Headers[broker.HeaderRoute].([]any)
+	require.True(t, ok, "%v", d.Headers)
+	var steps []string
+	for _, s := range arr {
+		steps = append(steps, fmt.Sprint(s))
+	}
+	return steps
 }

@@ -111,7 +111,9 @@ func ReplayableFrom(s journal.Status) bool { return slices.Contains(replayableFr
 // failed moments ago, so that it cannot be replayed a second time later; a
 // parked message is left where it is, for a person to look at. A delay or
 // a When before req.Step is not waited for or asked again: the step is
-// what was asked for.
+// what was asked for. The flow's deadline applies to the replay as to a
+// start: Deadline from the replay on, DeadlineAt as the run's input says
+// (one that has passed cancels the replayed run at once).
 //
 // It refuses, with errors naming the run: a run the journal does not know
 // (journal.ErrRunNotFound); a run in another status (ErrNotReplayable:
@@ -149,6 +151,16 @@ func (e *Engine) ReplayFrom(ctx context.Context, runID string, req ReplayFromReq
 	now := e.now()
 	out, err := f.replayFromMessage(ctx, e.conn, runID, n, p.route, p.pos, p.input.Input, p.state, now)
 	if err != nil {
+		return res, fmt.Errorf("replay run %s from %q: %w", runID, p.step, err)
+	}
+	// The flow's deadline holds for the replay as for a start, from now
+	// (a DeadlineAt from the run's input): the timer of the run's first
+	// deadline is for its earlier replay count, which it no longer has.
+	deadline, err := f.deadline(json.RawMessage(run.Input), now)
+	if err != nil {
+		return res, fmt.Errorf("replay run %s from %q: its deadline: %w", runID, p.step, err)
+	}
+	if err := e.scheduleDeadline(ctx, f.name, started{res: Started{RunID: runID, Flow: f.name, Replays: n}, deadline: deadline}); err != nil {
 		return res, fmt.Errorf("replay run %s from %q: %w", runID, p.step, err)
 	}
 	if err := e.conn.Send(ctx, out); err != nil {

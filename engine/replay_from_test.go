@@ -299,3 +299,32 @@ func TestReplayFromRefusals(t *testing.T) {
 		require.Equal(t, 1, ef.get(failed, "ship"))
 	})
 }
+
+// TestReplayFromKeepsTheDeadline: a run replayed from a step is under its
+// flow's Deadline again, from the replay: one that does not end in time is
+// cancelled, as a started run would be.
+func TestReplayFromKeepsTheDeadline(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		fx := newFixture(t, h, engine.Config{})
+		ef := newEffects()
+		var stuck atomic.Bool
+		fx.register(dsl.Flow(fx.name,
+			dsl.Step("a", appendStep(ef, "a")),
+			dsl.Step("b", func(ctx context.Context, o Order) (Order, error) {
+				if stuck.Load() {
+					return o, errors.New("not yet")
+				}
+				return appendStep(ef, "b")(ctx, o)
+			}).Retry(broker.Constant(1000, 0)),
+			dsl.Deadline(time.Second)))
+		fx.work()
+		run := fx.start(Order{ID: "1"})
+		fx.waitStatus(run, journal.Completed, 10*time.Second)
+		stuck.Store(true)
+		_, err := fx.eng.ReplayFrom(brokertest.Ctx(t), run, engine.ReplayFromRequest{Step: "b"})
+		require.NoError(t, err)
+		r := fx.waitStatus(run, journal.Cancelled, 10*time.Second)
+		require.Contains(t, r.Error, "deadline")
+		require.Equal(t, 1, ef.get(run, "b"), "b ran once, before the replay")
+	})
+}

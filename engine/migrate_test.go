@@ -510,3 +510,30 @@ func routeOf(t *testing.T, d *transport.Delivery) []string {
 	}
 	return steps
 }
+
+// TestHeldAtARenamedStep: a run of the older version that fails at a
+// renamed step and is held for replay is set aside in the old name's
+// dead-letter queue, and when its hold ends, compensated, it is taken out
+// of that queue: nothing is left there for a replay to find.
+func TestHeldAtARenamedStep(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ef := newEffects()
+		undo := func(ctx context.Context, _ Order) error {
+			m, _ := broker.Handling(ctx)
+			ef.add(m.RunID, "undo-a")
+			return nil
+		}
+		v1, v2 := versions(t, h)
+		v1.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")).Compensate(undo), dsl.Delay(time.Second),
+			dsl.Step("b", appendStep(ef, "b")), dsl.HoldForReplay(time.Second)))
+		ids := inFlight(t, v1, ef, Order{ID: "1"})
+		v2.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")).Compensate(undo),
+			dsl.Step("b2", func(context.Context, Order) (Order, error) { return Order{}, broker.Fatal(errors.New("declined")) }),
+			dsl.Renamed("b", "b2"), dsl.HoldForReplay(time.Second)))
+		v2.work()
+		v2.waitStatus(ids[0], journal.Compensated, 15*time.Second)
+		require.Equal(t, 1, ef.get(ids[0], "undo-a"))
+		require.Eventually(t, func() bool { return h.Depth(v1.name+".b"+broker.DeadLetterSuffix) == 0 }, 5*time.Second, 10*time.Millisecond,
+			"the held run's message is taken out of b's dead-letter queue")
+	})
+}

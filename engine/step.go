@@ -745,7 +745,7 @@ func (r *stepRunner) giveUp(ctx context.Context, a *stepAttempt, st runState, un
 		if parked {
 			hold = 0 // a replay of what cannot be read cannot help: undo it now
 		}
-		kind, until, cerr := r.e.startCompensation(ctx, r.f, m, st, unresolved, r.spec.Name, err.Error(), hold)
+		kind, until, cerr := r.e.startCompensation(ctx, r.f, m, st, unresolved, a.d.named(r.spec.Name), err.Error(), hold)
 		if cerr != nil {
 			// Never give the run up without its compensation under way.
 			r.e.log.Warn("compensation could not be started; the failed step will be tried again",

@@ -537,3 +537,37 @@ func TestHeldAtARenamedStep(t *testing.T) {
 			"the held run's message is taken out of b's dead-letter queue")
 	})
 }
+
+// TestRenamedToNoCompensation: a compensation a run of the older version
+// owes for a step renamed to one without a compensation is given up (the
+// run is unresolved), and the compensations before it still run.
+func TestRenamedToNoCompensation(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		ef := newEffects()
+		undo := func(name string) func(context.Context, Order) error {
+			return func(ctx context.Context, _ Order) error {
+				m, _ := broker.Handling(ctx)
+				ef.add(m.RunID, name)
+				return nil
+			}
+		}
+		fail := func(context.Context, Order) (Order, error) { return Order{}, broker.Fatal(errors.New("nothing to ship")) }
+		v1, v2 := versions(t, h)
+		v1.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")).Compensate(undo("undo-a")),
+			dsl.Step("b", appendStep(ef, "b")).Compensate(undo("undo-b")), dsl.Delay(time.Second), dsl.Step("c", fail)))
+		w, err := v1.eng.StartWorker(brokertest.Ctx(t))
+		require.NoError(t, err)
+		id := v1.start(Order{ID: "1"})
+		require.Eventually(t, func() bool { return ef.get(id, "b") == 1 }, 10*time.Second, 5*time.Millisecond)
+		require.NoError(t, w.Close(brokertest.Ctx(t)))
+		v1.waitStatus(id, journal.Waiting, 5*time.Second)
+
+		v2.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")).Compensate(undo("undo-a")),
+			dsl.Step("b2", appendStep(ef, "b2")), dsl.Step("c", fail), dsl.Renamed("b", "b2")))
+		v2.work()
+		v2.waitStatus(id, journal.Unresolved, 15*time.Second)
+		require.Equal(t, 1, ef.get(id, "undo-a"), "the compensation before it still ran")
+		require.Zero(t, ef.get(id, "undo-b"))
+		require.Zero(t, h.Depth(v1.name+".compensate.b"), "nothing sent where no worker reads")
+	})
+}

@@ -551,7 +551,9 @@ func TestRenamedToNoCompensation(t *testing.T) {
 				return nil
 			}
 		}
-		fail := func(context.Context, Order) (Order, error) { return Order{}, broker.Fatal(errors.New("nothing to ship")) }
+		fail := func(context.Context, Order) (Order, error) {
+			return Order{}, broker.Fatal(errors.New("nothing to ship"))
+		}
 		v1, v2 := versions(t, h)
 		v1.register(dsl.Flow(v1.name, dsl.Step("a", appendStep(ef, "a")).Compensate(undo("undo-a")),
 			dsl.Step("b", appendStep(ef, "b")).Compensate(undo("undo-b")), dsl.Delay(time.Second), dsl.Step("c", fail)))

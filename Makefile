@@ -34,6 +34,20 @@ lint:
 		(cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy would change $$m/go.mod or go.sum (diff above): run it there and commit the result"; exit 1; }; \
 	done
 
+.PHONY: check-alerts
+
+## check-alerts: promtool check rules on docs/prometheus/alerts.yml; without
+## promtool (Debian: apt-get install prometheus) it says so and passes, but
+## fails under ACEMQ_REQUIRE_SERVICES=1 (CI)
+check-alerts:
+	@if command -v promtool >/dev/null 2>&1; then \
+		promtool check rules docs/prometheus/alerts.yml; \
+	elif [ "$$ACEMQ_REQUIRE_SERVICES" = 1 ]; then \
+		echo "check-alerts: promtool not found (apt-get install prometheus), and ACEMQ_REQUIRE_SERVICES=1"; exit 1; \
+	else \
+		echo "check-alerts: promtool not found (apt-get install prometheus): not checked"; \
+	fi
+
 ## build: the acemq-flow binary, into bin/
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/acemq-flow ./cmd/acemq-flow

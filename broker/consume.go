@@ -25,6 +25,9 @@ type Consumer struct {
 	handler Handler
 	// handle processes one delivery and settles it exactly once.
 	handle func(d *transport.Delivery)
+	// log receives the consumer's lines: LogTo's logger, or the
+	// connection's.
+	log *slog.Logger
 
 	// metrics are the consumer's span name and metric options.
 	metrics *consumerMetrics
@@ -104,7 +107,11 @@ func (c *Conn) Consume(ctx context.Context, queue string, h Handler, opts ...Con
 
 func (c *Conn) newConsumer(queue string, cfg consumeConfig) *Consumer {
 	hctx, abort := context.WithCancel(context.Background())
-	return &Consumer{conn: c, queue: queue, cfg: cfg, metrics: c.tel.consumerMetrics(queue), handlerCtx: hctx, abort: abort,
+	log := cfg.logger
+	if log == nil {
+		log = c.log
+	}
+	return &Consumer{conn: c, queue: queue, cfg: cfg, log: log, metrics: c.tel.consumerMetrics(queue), handlerCtx: hctx, abort: abort,
 		done: make(chan struct{})}
 }
 
@@ -134,7 +141,7 @@ func (k *Consumer) subscribe(ctx context.Context) error {
 		workers.Wait()
 		k.settling.Wait()
 		if err := sub.Err(); err != nil {
-			k.conn.log.Error("consumer ended: nothing consumes its queue on this connection any more",
+			k.log.Error("consumer ended: nothing consumes its queue on this connection any more",
 				slog.String("queue", k.queue), slog.Any("error", err))
 			k.conn.tel.endedOnItsOwn(k, err)
 		}
@@ -169,7 +176,7 @@ func (k *Consumer) requeueIfStopping(d *transport.Delivery) bool {
 	}
 	if !k.cfg.stream {
 		if err := d.Nack(true); err != nil {
-			k.conn.log.Debug("requeue on cancel", slog.String("queue", k.queue), slog.Any("error", err))
+			k.log.Debug("requeue on cancel", slog.String("queue", k.queue), slog.Any("error", err))
 		}
 	}
 	return true
@@ -336,8 +343,8 @@ func (k *Consumer) settle(d *transport.Delivery, m *Message, ack Ack, s *Settlem
 	case OutcomeAccept:
 		s.Outcome = OutcomeLabelAccepted
 		if err := d.Ack(); err != nil {
-			k.conn.log.Warn("ack failed; the message will be redelivered", slog.String("queue", k.queue),
-				slog.String("message_id", m.ID), slog.Any("error", err))
+			k.log.Warn("ack failed; the message will be redelivered", slog.String("queue", k.queue),
+				slog.String("message_id", m.ID), slog.String("run_id", m.RunID), slog.Any("error", err))
 			s.Outcome = OutcomeLabelUnsettled
 		}
 	case OutcomeRetry, OutcomeReject:

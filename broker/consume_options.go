@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"log/slog"
 	"regexp"
 	"time"
 )
@@ -28,6 +29,18 @@ type consumeConfig struct {
 	orderBy         func(*Message) string
 	onSettle        func(context.Context, Settlement)
 	beforeSettle    func(context.Context, *Message, Ack) Ack
+	logger          *slog.Logger
+	setAsideLevel   slog.Level
+	setAsideLevelOK bool
+}
+
+// setAsideLogLevel is the level of the line written per message set
+// aside: slog.LevelWarn unless SetAsideLogLevel said otherwise.
+func (c *consumeConfig) setAsideLogLevel() slog.Level {
+	if c.setAsideLevelOK {
+		return c.setAsideLevel
+	}
+	return slog.LevelWarn
 }
 
 type consumeOpt func(*consumeConfig) error
@@ -192,6 +205,34 @@ func OnSettle(f func(ctx context.Context, s Settlement)) ConsumeOption {
 			return invalid("nil settle hook")
 		}
 		c.onSettle = f
+		return nil
+	})
+}
+
+// LogTo writes the consumer's log lines (a message set aside, a retry, a
+// put-back, an ack that failed, the consumer ending) to l rather than to
+// the connection's logger: a logger carrying what the consumer is for
+// (the engine's carries the flow and the step) makes every line say it.
+// Each line carries the queue, the message id and, when the message names
+// one, its run id (run_id). A nil l is refused.
+func LogTo(l *slog.Logger) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	})
+}
+
+// SetAsideLogLevel is the level of the line the consumer writes for each
+// message it dead-letters or parks ("message set aside"): slog.LevelWarn
+// by default, since a message given up is what an operator looks for. An
+// owner that writes its own line for each (the engine's "step given up")
+// passes slog.LevelDebug, so that one give-up is one line at WARN.
+func SetAsideLogLevel(l slog.Level) ConsumeOption {
+	return consumeOpt(func(c *consumeConfig) error {
+		c.setAsideLevel, c.setAsideLevelOK = l, true
 		return nil
 	})
 }

@@ -64,15 +64,15 @@ func (k *Consumer) setAside(d *transport.Delivery, suffix, reason, outcome strin
 	// Built only when a line is written: With allocates, and a move that
 	// goes well writes at most one line, at a level often disabled.
 	log := func() *slog.Logger {
-		return k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", d.MessageID), slog.String("reason", reason))
+		return k.log.With(slog.String("queue", k.queue), slog.String("message_id", d.MessageID), runID(d), slog.String("reason", reason))
 	}
 	switch {
 	case err == nil:
 		if err := d.Ack(); err != nil {
 			log().Warn("set aside, but the ack failed: the message will be redelivered as well", slog.Any("error", err))
 		}
-		if k.conn.log.Enabled(ctx, slog.LevelInfo) {
-			log().Info("message set aside", slog.String("to", k.queue+suffix))
+		if level := k.cfg.setAsideLogLevel(); k.log.Enabled(ctx, level) {
+			log().Log(ctx, level, "message set aside", slog.String("to", k.queue+suffix))
 		}
 		return outcome
 	case Refused(err) && k.cfg.stream:
@@ -96,6 +96,13 @@ func (k *Consumer) setAside(d *transport.Delivery, suffix, reason, outcome strin
 	}
 }
 
+// runID is d's x-acemq-run-id as a log attribute (run_id), "" when it
+// has none or one that cannot be read.
+func runID(d *transport.Delivery) slog.Attr {
+	id, _ := stringHeader(d.Headers, HeaderRunID)
+	return slog.String("run_id", id)
+}
+
 func (k *Consumer) giveUp(d *transport.Delivery, reason string) string {
 	return k.setAside(d, DeadLetterSuffix, reason, OutcomeLabelDeadLettered)
 }
@@ -115,14 +122,14 @@ func (k *Consumer) retry(d *transport.Delivery, m *Message, cause error) string 
 	defer cancel()
 	err := k.conn.ladder.schedule(ctx, k.conn.now().Add(delay), "", k.queue, msg)
 	log := func() *slog.Logger {
-		return k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", m.ID), slog.Int("attempt", m.Attempt))
+		return k.log.With(slog.String("queue", k.queue), slog.String("message_id", m.ID), slog.String("run_id", m.RunID), slog.Int("attempt", m.Attempt))
 	}
 	switch {
 	case err == nil:
 		if err := d.Ack(); err != nil {
 			log().Warn("retry scheduled, but the ack failed: the message will be redelivered as well", slog.Any("error", err))
 		}
-		if k.conn.log.Enabled(ctx, slog.LevelDebug) {
+		if k.log.Enabled(ctx, slog.LevelDebug) {
 			log().Debug("retry scheduled", slog.Duration("delay", delay), slog.Any("cause", cause))
 		}
 		return OutcomeLabelRetried
@@ -143,7 +150,7 @@ func (k *Consumer) putBack(d *transport.Delivery, delay time.Duration) string {
 	ctx, cancel := k.moveContext()
 	defer cancel()
 	log := func() *slog.Logger {
-		return k.conn.log.With(slog.String("queue", k.queue), slog.String("message_id", d.MessageID))
+		return k.log.With(slog.String("queue", k.queue), slog.String("message_id", d.MessageID), runID(d))
 	}
 	err := k.conn.ladder.run(ctx)
 	if err == nil {

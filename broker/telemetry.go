@@ -55,6 +55,7 @@ type telemetry struct {
 	consumeDuration metric.Float64Histogram
 	publishTotal    metric.Int64Counter
 	sent            metric.Int64Counter
+	publishDuration metric.Float64Histogram
 	consumed        metric.Int64Counter
 	processDuration metric.Float64Histogram
 	consumerEnded   metric.Int64Counter
@@ -64,6 +65,7 @@ type telemetry struct {
 	byQueueOutcome    *attrcache.Cache
 	byOutcomeExchange *attrcache.Cache
 	semconv           *attrcache.Cache
+	semconvErr        *attrcache.Cache
 	// byExchange holds an *exchangeMetrics per exchange published to.
 	byExchange sync.Map
 
@@ -85,6 +87,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry,
 		byQueueOutcome:    attrcache.New("queue", "outcome"),
 		byOutcomeExchange: attrcache.New("outcome", "exchange"),
 		semconv:           attrcache.New("messaging.system", "messaging.operation.name", "messaging.destination.name"),
+		semconvErr:        attrcache.New("messaging.system", "messaging.operation.name", "messaging.destination.name", "error.type"),
 	}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
@@ -105,6 +108,10 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider) (*telemetry,
 	add(err)
 	t.sent, err = m.Int64Counter("messaging.client.sent.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages published, by destination."))
+	add(err)
+	t.publishDuration, err = m.Float64Histogram("messaging.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time a publish took, from sending to the broker's confirm (or its refusal), by destination (the exchange), with error.type for a publish that failed."),
+		metric.WithExplicitBucketBoundaries(processBuckets...))
 	add(err)
 	t.consumed, err = m.Int64Counter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages consumed, by queue."))
@@ -137,27 +144,32 @@ var (
 // exchange, ready to pass: what every publish would otherwise look up by a
 // key built for the purpose, and wrap in a slice of its own.
 type exchangeMetrics struct {
-	confirmed []metric.AddOption // acemq.publish.total{outcome=confirmed}
-	sent      []metric.AddOption // messaging.client.sent.messages
+	confirmed []metric.AddOption    // acemq.publish.total{outcome=confirmed}
+	sent      []metric.AddOption    // messaging.client.sent.messages
+	duration  []metric.RecordOption // messaging.client.operation.duration of a confirmed publish
 }
 
 func (t *telemetry) exchangeMetrics(ex string) *exchangeMetrics {
 	if m, ok := t.byExchange.Load(ex); ok {
 		return m.(*exchangeMetrics)
 	}
+	semconv := t.semconv.Option("rabbitmq", "publish", ex)
 	m, _ := t.byExchange.LoadOrStore(ex, &exchangeMetrics{
 		confirmed: []metric.AddOption{t.byOutcomeExchange.Option("confirmed", ex)},
-		sent:      []metric.AddOption{t.semconv.Option("rabbitmq", "publish", ex)},
+		sent:      []metric.AddOption{semconv},
+		duration:  []metric.RecordOption{semconv},
 	})
 	return m.(*exchangeMetrics)
 }
 
-// publishSpan is a publish under way: its span, and what end records.
+// publishSpan is a publish under way: its span, when it began, and what
+// end records.
 type publishSpan struct {
-	t    *telemetry
-	ctx  context.Context
-	span trace.Span
-	ex   string
+	t     *telemetry
+	ctx   context.Context
+	span  trace.Span
+	ex    string
+	start time.Time
 }
 
 // startPublish opens the PRODUCER span and writes its trace context into a
@@ -184,19 +196,22 @@ func (t *telemetry) startPublish(ctx context.Context, out *Outgoing) publishSpan
 		t.prop.Inject(ctx, tableCarrier(h))
 		out.Message.Headers = h
 	}
-	return publishSpan{t: t, ctx: ctx, span: span, ex: ex}
+	return publishSpan{t: t, ctx: ctx, span: span, ex: ex, start: time.Now()}
 }
 
 // end records the publish's outcome (err nil: confirmed) and ends its span.
 func (p publishSpan) end(err error) {
+	took := time.Since(p.start).Seconds()
 	t, m := p.t, p.t.exchangeMetrics(p.ex)
 	if err != nil {
 		outcome := publishFailure(err)
 		p.span.SetStatus(codes.Error, err.Error())
 		p.span.SetAttributes(attribute.String("error.type", outcome))
 		t.publishTotal.Add(p.ctx, 1, t.byOutcomeExchange.Option(outcome, p.ex))
+		t.publishDuration.Record(p.ctx, took, t.semconvErr.Option("rabbitmq", "publish", p.ex, outcome))
 	} else {
 		t.publishTotal.Add(p.ctx, 1, m.confirmed...)
+		t.publishDuration.Record(p.ctx, took, m.duration...)
 	}
 	t.sent.Add(p.ctx, 1, m.sent...)
 	p.span.End()

@@ -60,6 +60,12 @@ func TestTelemetry(t *testing.T) {
 	require.GreaterOrEqual(t, sumOf(rm, "acemq.publish.total", attribute.String("outcome", "confirmed")), int64(3),
 		"two publishes and the dead-letter copy")
 	require.Equal(t, int64(2), sumOf(rm, "messaging.client.consumed.messages", attribute.String("messaging.destination.name", q)))
+	// Publish latency: one sample per publish, by destination; a failed
+	// one with its error type.
+	confirmed := attribute.String("messaging.destination.name", "amq.default")
+	require.GreaterOrEqual(t, countOf(rm, "messaging.client.operation.duration", confirmed,
+		attribute.String("messaging.system", "rabbitmq"), attribute.String("messaging.operation.name", "publish")), uint64(3))
+	require.Equal(t, uint64(1), countOf(rm, "messaging.client.operation.duration", attribute.String("error.type", "returned")))
 
 	byName := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range spans.Ended() {
@@ -103,6 +109,30 @@ func sumOf(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValu
 					}
 				}
 				total += dp.Value
+			}
+		}
+	}
+	return total
+}
+
+// countOf adds up the sample counts of the float64 histogram name's data
+// points that carry every attribute in want.
+func countOf(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue) uint64 {
+	var total uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if m.Name != name || !ok {
+				continue
+			}
+		points:
+			for _, dp := range h.DataPoints {
+				for _, kv := range want {
+					if v, ok := dp.Attributes.Value(kv.Key); !ok || v != kv.Value {
+						continue points
+					}
+				}
+				total += dp.Count
 			}
 		}
 	}

@@ -14,7 +14,7 @@ import (
 
 // Part is what a flow is built from: steps (Step, External), delays
 // (Delay, DelayUntil), cron triggers (Cron) and the flow's own settings
-// (Example, HoldForReplay, Itinerary, WithCodec, Renamed).
+// (Example, HoldForReplay, Itinerary, WithCodec, Renamed, Secret).
 type Part interface{ part() }
 
 // stepPart is a step of any payload types.
@@ -42,7 +42,12 @@ type FlowDef struct {
 	cronIn        []reflect.Type
 	migrations    []Migration
 	adopt         *adoptPart
-	err           error
+	// keySrc is Key's expression, key compiled (dsl/key.go).
+	keySrc string
+	key    *Expr
+	// secrets are the paths Secret gave (dsl/secret.go).
+	secrets []string
+	err     error
 }
 
 // CompensateQueueInfix names the queues of a flow's compensations,
@@ -118,6 +123,10 @@ func (f *FlowDef) build(parts []Part) error {
 				return f.fail("", "Adopt twice")
 			}
 			f.adopt = p
+		case *keyPart:
+			if err := f.setKey(p); err != nil {
+				return f.fail("", "%w", err)
+			}
 		case *settingPart:
 			if p.err != nil {
 				return f.fail("", "%w", p.err)
@@ -224,6 +233,9 @@ func (f *FlowDef) check() error {
 		if f.deadlineAt, err = compileExpr(f.deadlineAtSrc, f.Input(), exprTime); err != nil {
 			return f.fail("", "DeadlineAt %w", err)
 		}
+	}
+	if err := f.compileKey(); err != nil {
+		return err
 	}
 	if f.hasEx {
 		if in := f.Input(); in != nil && f.example != nil && !reflect.TypeOf(f.example).AssignableTo(in) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -61,16 +62,22 @@ func (e *Engine) startCompensation(ctx context.Context, f *flow, m *broker.Messa
 	case !ok:
 		return compensationUnresolved, time.Time{}, nil
 	}
+	first := strings.TrimPrefix(out.RoutingKey, compensateKey+".")
 	if hold > 0 {
 		until := e.now().Add(hold)
 		if err := e.conn.Schedule(ctx, until, out); err != nil {
 			return compensationNone, time.Time{}, fmt.Errorf("hold run %s for replay: %w", m.RunID, err)
 		}
+		e.log.Info("compensation held for a replay: it starts when the hold ends unless the run is replayed",
+			slog.String("run_id", m.RunID), slog.String("flow", f.name), slog.String("step", failed),
+			slog.String("compensate", first), slog.Time("until", until), slog.String("error", cs.Error))
 		return compensationHeld, until, nil
 	}
 	if err := e.conn.Send(ctx, out); err != nil {
 		return compensationNone, time.Time{}, fmt.Errorf("start compensating run %s: %w", m.RunID, err)
 	}
+	e.log.Info("compensation started", slog.String("run_id", m.RunID), slog.String("flow", f.name), slog.String("step", failed),
+		slog.String("compensate", first), slog.String("error", cs.Error))
 	return compensationStarted, time.Time{}, nil
 }
 
@@ -309,7 +316,7 @@ func (c *compRunner) failed(ctx context.Context, a *compAttempt, err error) brok
 			// The rest must still run: keep this message, attempt
 			// unchanged, and try again.
 			c.e.log.Warn("the next compensation could not be sent; this one will be tried again",
-				slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.Any("error", nerr))
+				slog.String("flow", c.f.name), slog.String("run_id", m.RunID), slog.String("step", c.spec.Name), slog.Any("error", nerr))
 			a.result, a.d.comp.Unresolved = compBusy, a.d.comp.Unresolved[:len(a.d.comp.Unresolved)-1]
 			return broker.InProgress(c.e.cfg.InProgressDelay)
 		}

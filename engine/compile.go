@@ -176,6 +176,10 @@ type FlowInfo struct {
 	CompensateQueue string `json:"compensate_queue"`
 	// ExamplePayload is the flow's dsl.Example, for starting a run by hand.
 	ExamplePayload json.RawMessage `json:"example_payload,omitempty"`
+	// Secrets are the paths of the payload's secret fields (Secrets: the
+	// flow's dsl.Secret and its types' `acemq:"secret"` tags), which
+	// Redact masks for the dashboard, the command line and the logs.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // StepInfo describes one step of a FlowInfo.
@@ -267,6 +271,7 @@ func (f *flow) info(cfg Config) FlowInfo {
 	if f.hold > 0 {
 		fi.HoldForReplay = f.hold.String()
 	}
+	fi.Secrets = Secrets(f.def)
 	if ex, ok := f.def.Example(); ok {
 		if b, err := json.Marshal(ex); err == nil {
 			fi.ExamplePayload = b

@@ -602,7 +602,7 @@ func (r *stepRunner) branchGivenUp(ctx context.Context, a *stepAttempt, st runSt
 	}
 	if err := r.e.branchGivenUp(ctx, r.f, m, ref, st, r.spec.Name, serr.Error()); err != nil {
 		r.e.log.Warn("a branch's failure could not be carried out; the failed step will be tried again",
-			"flow", r.f.name, "run_id", m.RunID, "error", err)
+			"flow", r.f.name, "run_id", m.RunID, "step", r.spec.Name, "error", err)
 		a.result, a.expect = resultBusy, ""
 		return broker.InProgress(r.e.cfg.InProgressDelay)
 	}
@@ -645,7 +645,7 @@ func (r *stepRunner) holdBranch(ctx context.Context, a *stepAttempt, st runState
 	}
 	if err != nil {
 		r.e.log.Warn("a branch could not be held for replay; the failed step will be tried again",
-			"flow", r.f.name, "run_id", d.m.RunID, "error", err)
+			"flow", r.f.name, "run_id", d.m.RunID, "step", r.spec.Name, "error", err)
 		a.result, a.expect = resultBusy, ""
 		return broker.InProgress(r.e.cfg.InProgressDelay)
 	}

@@ -20,7 +20,8 @@ func (e *Engine) record(ctx context.Context, events ...journal.Event) {
 		return
 	}
 	if err := e.writer.Record(context.WithoutCancel(ctx), events...); err != nil {
-		e.log.Error("journal events not recorded", slog.Int("events", len(events)), slog.String("run_id", events[0].RunID), slog.Any("error", err))
+		e.log.Error("journal events not recorded", slog.Int("events", len(events)), slog.String("run_id", events[0].RunID),
+			slog.String("flow", events[0].Flow), slog.String("step", events[0].Step), slog.Any("error", err))
 	}
 }
 
@@ -37,6 +38,10 @@ func (r *stepRunner) settled(ctx context.Context, s broker.Settlement) {
 		return
 	}
 	a, _ := s.Note.(*stepAttempt)
+	if m.RunID == "" && (s.Outcome == broker.OutcomeLabelDeadLettered || s.Outcome == broker.OutcomeLabelParked) {
+		r.e.log.Warn("a message that names no run was given up", slog.String("flow", r.f.name), slog.String("step", r.spec.Name),
+			slog.String("queue", r.queue), slog.String("message_id", m.ID), slog.String("error", s.Reason))
+	}
 	if m.RunID == "" || a != nil && a.expect == s.Outcome {
 		return
 	}
@@ -70,7 +75,7 @@ func (r *stepRunner) compensateUnexpected(ctx context.Context, a *stepAttempt, s
 	kind, until, err := r.e.startCompensation(ctx, r.f, m, a.d.state, nil, r.spec.Name, s.Reason, r.f.hold)
 	if err != nil {
 		r.e.log.Error("a failed run's compensation could not be started; run acemq-flow compensate on it",
-			slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", err))
+			slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.String("step", r.spec.Name), slog.Any("error", err))
 		return
 	}
 	a.compensation, a.holdUntil = kind, until
@@ -89,8 +94,8 @@ func (e *Engine) recordUnread(ctx context.Context, f *flow, step, queue string, 
 		return
 	}
 	if s.RunID == "" || !journal.Text(s.RunID) {
-		e.log.Warn("a message that names no run was set aside unread", slog.String("flow", f.name),
-			slog.String("queue", queue), slog.String("message_id", s.MessageID), slog.String("reason", s.Reason))
+		e.log.Warn("a message that names no run was set aside unread", slog.String("flow", f.name), slog.String("step", step),
+			slog.String("queue", queue), slog.String("message_id", s.MessageID), slog.String("error", s.Reason))
 		return
 	}
 	dead := queue + broker.DeadLetterSuffix
@@ -103,8 +108,14 @@ func (e *Engine) recordUnread(ctx context.Context, f *flow, step, queue string, 
 		DeadLetter: dead, Seq: journal.Seq(0, stage, 1, 2), Key: "unread/" + s.MessageID}
 	if stage >= journal.CompensationStage {
 		ev.Kind, ev.Outcome, ev.Status = journal.KindCompensation, "compensation_failed", journal.Unresolved
+		e.log.Error("a compensation's message was set aside unread: the run is unresolved, a person has to look",
+			slog.String("run_id", s.RunID), slog.String("flow", f.name), slog.String("step", step),
+			slog.String("error", s.Reason), slog.String("dead_letter", dead))
 	} else {
-		e.metrics.left(ctx, f.name, step, RunFailed, 0)
+		e.metrics.left(ctx, f.name, step, RunFailed, 0, 0)
+		e.log.Warn("step given up: its message was set aside unread",
+			slog.String("run_id", s.RunID), slog.String("flow", f.name), slog.String("step", step),
+			slog.String("error", s.Reason), slog.String("dead_letter", dead))
 	}
 	e.record(ctx, ev)
 }
@@ -118,19 +129,55 @@ func (r *stepRunner) outcome(ctx context.Context, a *stepAttempt, s broker.Settl
 		if e.Kind != journal.KindStep && e.Kind != journal.KindHandOff {
 			continue
 		}
+		r.logOutcome(ctx, a, s, e)
 		m := a.d.m
+		left := func(step, outcome string) {
+			now := r.e.now()
+			r.e.metrics.left(ctx, r.f.name, step, outcome, now.Sub(m.FirstSeen), now.Sub(r.e.runStarted(ctx, m)))
+		}
 		switch e.Status {
 		case journal.Completed:
-			r.e.metrics.left(ctx, r.f.name, e.RunStep, RunCompleted, r.e.now().Sub(m.FirstSeen))
+			left(e.RunStep, RunCompleted)
 		case journal.Ended:
-			r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunEndedEarly, r.e.now().Sub(m.FirstSeen))
+			left(r.spec.Name, RunEndedEarly)
 		case journal.Failed, journal.Compensating, journal.Unresolved:
 			if e.Kind == journal.KindStep && e.Step == r.spec.Name {
-				r.e.metrics.left(ctx, r.f.name, r.spec.Name, RunFailed, r.e.now().Sub(m.FirstSeen))
+				left(r.spec.Name, RunFailed)
 			}
 		}
 	}
 	return events
+}
+
+// logOutcome writes the line an operator reads for what became of one
+// delivery of a step, e being one of its events: a retry at DEBUG, a step
+// given up at WARN, a run left unresolved (nothing it did can be
+// compensated) at ERROR; nothing for a step that went on.
+func (r *stepRunner) logOutcome(ctx context.Context, a *stepAttempt, s broker.Settlement, e journal.Event) {
+	if e.Kind != journal.KindStep || e.Step != r.spec.Name {
+		return
+	}
+	m := a.d.m
+	switch e.Status {
+	case journal.Running:
+		if e.DueAt == nil || !r.e.log.Enabled(ctx, slog.LevelDebug) {
+			return
+		}
+		r.e.log.LogAttrs(ctx, slog.LevelDebug, "step retried", slog.String("run_id", m.RunID), slog.String("flow", r.f.name),
+			slog.String("step", r.spec.Name), slog.Int("attempt", m.Attempt), slog.Duration("delay", s.Delay),
+			slog.String("error", e.Error))
+	case journal.Failed, journal.Compensating, journal.Unresolved:
+		attrs := []slog.Attr{slog.String("run_id", m.RunID), slog.String("flow", r.f.name), slog.String("step", r.spec.Name),
+			slog.Int("attempt", m.Attempt), slog.String("error", e.Error), slog.String("status", string(e.Status))}
+		if e.DeadLetter != "" {
+			attrs = append(attrs, slog.String("dead_letter", e.DeadLetter))
+		}
+		r.e.log.LogAttrs(ctx, slog.LevelWarn, "step given up", attrs...)
+		if e.Status == journal.Unresolved {
+			r.e.log.LogAttrs(ctx, slog.LevelError, "run unresolved: nothing it did can be compensated, a person has to look",
+				slog.String("run_id", m.RunID), slog.String("flow", r.f.name), slog.String("step", r.spec.Name), slog.String("error", e.Error))
+		}
+	}
 }
 
 // events are the journal events of one delivery of a step, a the
@@ -389,15 +436,45 @@ func (c *compRunner) outcome(ctx context.Context, a *compAttempt, s broker.Settl
 	if !ok {
 		return nil
 	}
+	c.logOutcome(ctx, a, s, e)
 	switch {
 	case e.Outcome == "retried":
-		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "retried")
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "retried", ErrorType(s.Err))
 	case e.Outcome == "compensation_failed":
-		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "unresolved")
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "unresolved", compErrorType(a, s))
 	case e.Outcome == "compensated":
-		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "compensated")
+		c.e.metrics.compensated(ctx, c.f.name, c.spec.Name, "compensated", "")
 	}
 	return []journal.Event{e}
+}
+
+// logOutcome writes the line an operator reads for what became of one
+// delivery of a compensation, e being its event: a retry at DEBUG, the
+// run compensated (its last compensation done) at INFO, a compensation
+// given up and the run left unresolved at ERROR (a compensation its
+// handler gave up said so at ERROR already: compRunner.failed).
+func (c *compRunner) logOutcome(ctx context.Context, a *compAttempt, s broker.Settlement, e journal.Event) {
+	m := a.d.m
+	switch {
+	case e.Outcome == "retried":
+		if c.e.log.Enabled(ctx, slog.LevelDebug) {
+			c.e.log.LogAttrs(ctx, slog.LevelDebug, "compensation retried", slog.String("run_id", m.RunID), slog.String("flow", c.f.name),
+				slog.String("step", c.spec.Name), slog.Int("attempt", m.Attempt), slog.Duration("delay", s.Delay), slog.String("error", e.Error))
+		}
+	case e.Outcome == "compensation_failed":
+		if a.result != compGivenUp {
+			c.e.log.LogAttrs(ctx, slog.LevelError, "compensation given up: the run is unresolved, a person has to look",
+				slog.String("run_id", m.RunID), slog.String("flow", c.f.name), slog.String("step", c.spec.Name),
+				slog.String("error", e.Error), slog.String("dead_letter", e.DeadLetter))
+		}
+	case e.Status == journal.Compensated:
+		c.e.log.LogAttrs(ctx, slog.LevelInfo, "compensation finished: the run is compensated", slog.String("run_id", m.RunID),
+			slog.String("flow", c.f.name), slog.String("step", c.spec.Name), slog.String("failed", a.d.comp.Failed))
+	case e.Status == journal.Unresolved:
+		c.e.log.LogAttrs(ctx, slog.LevelError, "compensation finished: the run is unresolved, a person has to look",
+			slog.String("run_id", m.RunID), slog.String("flow", c.f.name), slog.String("step", c.spec.Name),
+			slog.String("failed", a.d.comp.Failed), slog.Any("unresolved", a.d.comp.Unresolved), slog.String("error", e.Error))
+	}
 }
 
 // event is the journal event of one delivery of a compensation, a the

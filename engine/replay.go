@@ -46,6 +46,13 @@ type Moved struct {
 // (parked: replaying cannot help), and a message that is nowhere to be
 // found (ErrMessageNotFound).
 func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
+	return e.ReplayWith(ctx, runID, Action{})
+}
+
+// ReplayWith is Replay, recording who asked and why (act) in the outcome
+// of the replay's event ("replayed by ada: the card was fixed"). It
+// refuses what Replay refuses.
+func (e *Engine) ReplayWith(ctx context.Context, runID string, act Action) (Moved, error) {
 	run, known, queues, err := e.findFailed(ctx, runID, ErrNotReplayable)
 	if err != nil {
 		return Moved{RunID: runID}, err
@@ -86,7 +93,7 @@ func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
 	n := run.Replays + 1
 	now := e.now()
 	e.record(ctx, journal.Event{RunID: runID, Flow: moved.Flow, Kind: journal.KindReplay, Step: run.Step,
-		Outcome: "replayed", StartedAt: now, EndedAt: now, Queue: moved.From, Status: journal.Running, RunStep: run.Step,
+		Outcome: act.outcome("replayed"), StartedAt: now, EndedAt: now, Queue: moved.From, Status: journal.Running, RunStep: run.Step,
 		Replays: n, Seq: journal.Seq(n, 0, 0, 0), Key: fmt.Sprintf("replay/%d", n)})
 	return moved, e.writer.Flush(ctx)
 }
@@ -99,6 +106,15 @@ func (e *Engine) Replay(ctx context.Context, runID string) (Moved, error) {
 // (ErrNotCompensable) and a message that is nowhere to be found
 // (ErrMessageNotFound).
 func (e *Engine) Compensate(ctx context.Context, runID string) (Moved, error) {
+	return e.CompensateWith(ctx, runID, Action{})
+}
+
+// CompensateWith is Compensate, recording who asked and why (act) in the
+// run's timeline: an event whose outcome is "compensation asked by ada:
+// reason", which leaves the run's status to the compensations. The zero
+// Action records nothing more than Compensate does. It refuses what
+// Compensate refuses.
+func (e *Engine) CompensateWith(ctx context.Context, runID string, act Action) (Moved, error) {
 	run, known, queues, err := e.findFailed(ctx, runID, ErrNotCompensable)
 	if err != nil {
 		return Moved{RunID: runID}, err
@@ -112,7 +128,14 @@ func (e *Engine) Compensate(ctx context.Context, runID string) (Moved, error) {
 	}
 	f, _ := e.flow(moved.Flow)
 	moved.To = f.compensateNowQueue()
-	return moved, nil
+	if act.IsZero() {
+		return moved, nil
+	}
+	now := e.now()
+	e.record(ctx, journal.Event{RunID: runID, Flow: moved.Flow, Kind: journal.KindCompensation, Outcome: act.outcome("compensation asked"),
+		StartedAt: now, EndedAt: now, Queue: moved.From, Replays: run.Replays,
+		Seq: journal.Seq(run.Replays, journal.CompensationStage-2, 0, 0), Key: fmt.Sprintf("compensate-asked/%d", run.Replays)})
+	return moved, e.writer.Flush(ctx)
 }
 
 // findFailed looks the run up: it must be failed; its dead-letter queue is

@@ -72,6 +72,13 @@ type SignalSent struct {
 // ErrSignalTaken for a second signal with another payload, and
 // ErrSignalTimedOut for a wait that timed out before it came.
 func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) (SignalSent, error) {
+	return e.SignalWith(ctx, runID, name, payload, Action{})
+}
+
+// SignalWith is Signal, recording who sent the signal and why (act) in
+// the outcome of the signal's event ("signal received by ada: reason").
+// It refuses what Signal refuses.
+func (e *Engine) SignalWith(ctx context.Context, runID, name string, payload any, act Action) (SignalSent, error) {
 	sent := SignalSent{RunID: runID, Signal: name}
 	fail := func(err error) (SignalSent, error) {
 		return sent, fmt.Errorf("signal %q to run %s: %w", name, runID, err)
@@ -119,7 +126,7 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) (S
 		return fail(fmt.Errorf("%w: it came before, with another payload", ErrSignalTaken))
 	}
 	now := e.now()
-	ev := journal.Event{RunID: runID, Flow: f.name, Kind: journal.KindStep, Step: name, Outcome: "signal received",
+	ev := journal.Event{RunID: runID, Flow: f.name, Kind: journal.KindStep, Step: name, Outcome: act.outcome("signal received"),
 		StartedAt: now, EndedAt: now, Replays: run.Replays, Seq: journal.Seq(run.Replays, pos+1, 0, 1), Key: "signal/" + key}
 	if dec.Last {
 		// The run waits: resume it.
@@ -128,9 +135,12 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) (S
 		}
 		sent.Resumed = true
 		ev.Outcome = "signal received: the run goes on"
+		if !act.IsZero() {
+			ev.Outcome = act.outcome("signal received") + "; the run goes on"
+		}
 	}
 	if err := e.writer.RecordSync(ctx, ev); err != nil {
-		e.log.Warn("a signal's event was not written", "flow", f.name, "run_id", runID, "signal", name, "error", err)
+		e.log.Warn("a signal's event was not written", "flow", f.name, "run_id", runID, "step", ev.Step, "signal", name, "error", err)
 	}
 	return sent, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/patterns"
 )
@@ -25,6 +26,8 @@ type startConfig struct {
 	in      time.Duration
 	outcome string
 	again   bool
+	// by is who asked for the start, and why (StartedBy).
+	by Action
 	// headers go on the run's first message beside the engine's own (a
 	// child run's acemq-flow-parent).
 	headers broker.Table
@@ -33,6 +36,13 @@ type startConfig struct {
 // startOutcome says how the run's start reads in its timeline.
 func startOutcome(s string) StartOption {
 	return func(c *startConfig) error { c.outcome = s; return nil }
+}
+
+// StartedBy records who started the run and why (act) in the outcome of
+// its start event ("started by ada: reason"); the zero Action changes
+// nothing.
+func StartedBy(act Action) StartOption {
+	return func(c *startConfig) error { c.by = act; return nil }
 }
 
 // RunID starts the run under id instead of a new one. Starting is
@@ -270,7 +280,8 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 		h.due = cfg.at
 	}
 	start := journal.Event{RunID: p.res.RunID, Flow: f.name, Kind: journal.KindStart, Outcome: "started",
-		StartedAt: now, EndedAt: now, Input: raw, Version: f.version, Status: journal.Running, Replays: n, Seq: journal.Seq(n, 0, 1, 0), Key: "start"}
+		StartedAt: now, EndedAt: now, Input: raw, Version: f.version, Status: journal.Running, Replays: n, Seq: journal.Seq(n, 0, 1, 0), Key: "start",
+		BusinessKey: businessKey(f.def, input)}
 	if n > 0 {
 		start.Outcome, start.Key = fmt.Sprintf("started again (replay %d)", n), fmt.Sprintf("start/%d", n)
 	}
@@ -280,6 +291,9 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	}
 	if cfg.outcome != "" {
 		start.Outcome = cfg.outcome
+	}
+	if !cfg.by.IsZero() {
+		start.Outcome = cfg.by.outcome(start.Outcome)
 	}
 	if h.next == len(route) {
 		// Every step skipped: the run is done as it starts.
@@ -467,4 +481,19 @@ func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string
 		return out, fmt.Errorf("%w: %w", ErrInvalidPayload, err)
 	}
 	return out, nil
+}
+
+// businessKey is the run's business key (dsl.Key) of its input: "" when
+// the flow names none, or its key does not evaluate, or gives what no
+// journal keeps (not text, over journal.MaxBusinessKey bytes).
+func businessKey(def *dsl.FlowDef, input any) string {
+	k := def.BusinessKey()
+	if k == nil {
+		return ""
+	}
+	s, err := k.Key(input)
+	if err != nil || !journal.Text(s) || len(s) > journal.MaxBusinessKey {
+		return ""
+	}
+	return s
 }

@@ -665,11 +665,11 @@ func (r *stepRunner) call(ctx context.Context, a *stepAttempt) (any, error) {
 		// idempotent step can make that right, whatever the step said.
 		err = fmt.Errorf("%w: ran %s of %s (it returned %v)", ErrStepTimeout, took.Round(time.Millisecond), r.spec.Timeout, err)
 	}
-	outcome := "completed"
+	outcome, errType := "completed", ""
 	if err != nil && !errors.Is(err, dsl.End) {
-		outcome = "failed"
+		outcome, errType = "failed", ErrorType(err)
 	}
-	r.e.metrics.step(ctx, r.f.name, r.spec.Name, outcome, took)
+	r.e.metrics.step(ctx, r.f.name, r.spec.Name, outcome, errType, took)
 	return out, err
 }
 
@@ -735,7 +735,7 @@ func (r *stepRunner) giveUp(ctx context.Context, a *stepAttempt, st runState, un
 	if a.d.parent != nil {
 		if err := r.e.childFailed(ctx, &a.d, serr); err != nil {
 			r.e.log.Warn("a child run's failure could not be sent to its parent; the failed step will be tried again",
-				slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", err))
+				slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.String("step", r.spec.Name), slog.Any("error", err))
 			a.result, a.expect = resultBusy, ""
 			return broker.InProgress(r.e.cfg.InProgressDelay)
 		}
@@ -749,7 +749,7 @@ func (r *stepRunner) giveUp(ctx context.Context, a *stepAttempt, st runState, un
 		if cerr != nil {
 			// Never give the run up without its compensation under way.
 			r.e.log.Warn("compensation could not be started; the failed step will be tried again",
-				slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.Any("error", cerr))
+				slog.String("flow", r.f.name), slog.String("run_id", m.RunID), slog.String("step", r.spec.Name), slog.Any("error", cerr))
 			a.result, a.expect = resultBusy, ""
 			return broker.InProgress(r.e.cfg.InProgressDelay)
 		}

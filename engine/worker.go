@@ -226,7 +226,7 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 	}
 	n := &nowRunner{e: e, f: f}
 	return w.start(ctx, f.compensateNowQueue(), n.handle, broker.Existing(), broker.WithRetry(*e.cfg.Retry),
-		broker.WithCodec(f.codec), broker.OnSettle(n.settled))
+		broker.WithCodec(f.codec), broker.OnSettle(n.settled), broker.LogTo(e.log.With(slog.String("flow", f.name))))
 }
 
 // consumeStep consumes r's queue, and the queues of the step's old names
@@ -245,6 +245,10 @@ func (w *Worker) consumeStep(ctx context.Context, r *stepRunner, olds []string) 
 		opts := []broker.ConsumeOption{
 			broker.Existing(), broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
 			broker.WithRetry(r.policy), broker.WithCodec(f.codec), broker.OnSettle(r.settled), broker.BeforeSettle(r.releasing(beforeSettle(e, f.name, s.Name, r.queue, r.outcome))),
+			// The consumer's lines say the flow and the step; a give-up is
+			// the engine's "step given up" at WARN, the set-aside a DEBUG
+			// line beside it.
+			broker.LogTo(e.log.With(slog.String("flow", f.name), slog.String("step", s.Name))), broker.SetAsideLogLevel(slog.LevelDebug),
 		}
 		if key := f.orderKey(s, e); key != nil {
 			opts = append(opts, broker.OrderBy(key))
@@ -269,7 +273,8 @@ func (w *Worker) consumeCompensation(ctx context.Context, c *compRunner, olds []
 		}
 		if err := w.start(ctx, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
 			broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
-			broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, c.queue, c.outcome))); err != nil {
+			broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, c.queue, c.outcome)),
+			broker.LogTo(e.log.With(slog.String("flow", f.name), slog.String("step", s.Name))), broker.SetAsideLogLevel(slog.LevelDebug)); err != nil {
 			return err
 		}
 	}

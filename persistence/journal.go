@@ -210,7 +210,7 @@ func newJournalBatch(events []journal.Event) (journalBatch, error) {
 }
 
 // args are the record statement's parameters: one array per column, of
-// the runs ($1-$15, $32 and $33) and of the timeline entries ($16-$31 and
+// the runs ($1-$15, $32, $33, $37 and $38) and of the timeline entries ($16-$31 and
 // $34-$36, their steps' inputs).
 func (b journalBatch) args() []any {
 	n := len(b.runs)
@@ -223,6 +223,9 @@ func (b journalBatch) args() []any {
 		versions                                       = make([]string, n)
 		seqs                                           = make([]int64, n)
 		hasStatus                                      = make([]bool, n)
+		// The runs' business keys, and whether their inputs go to
+		// input_json too ($37, $38).
+		businessKeys, inputJSON = make([]string, n), make([]bool, n)
 	)
 	for i, f := range b.runs {
 		r := f.run
@@ -232,6 +235,7 @@ func (b journalBatch) args() []any {
 		}
 		started[i], updated[i], ended[i], due[i], minStarts[i] = r.StartedAt, r.UpdatedAt, r.EndedAt, r.DueAt, f.minStart
 		replays[i], seqs[i], hasStatus[i], inputReplays[i], versions[i] = r.Replays, r.Seq, f.hasStatus, r.InputReplays, r.Version
+		businessKeys[i], inputJSON[i] = r.BusinessKey, jsonbSafe(r.Input)
 	}
 	m := len(b.events)
 	var (
@@ -257,5 +261,6 @@ func (b journalBatch) args() []any {
 		eRuns, eKeys, eSeqs, eKinds, eSteps, eAttempts, eOutcomes, eStarted, eEnded, eErrs, eQueues, eDue, eStatuses, eRunSteps, eReplays, eDeadLetters,
 		inputReplays, versions,
 		eInputs, eStates, eSizes,
+		businessKeys, inputJSON,
 	}
 }

@@ -3,13 +3,16 @@ package persistence_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/internal/journalbench"
 	"github.com/acemq/acemq-flow/persistence"
 )
 
@@ -94,43 +97,22 @@ func journalBatches(prefix string, n int) [][]journal.Event {
 	return out
 }
 
-// BenchmarkSQLJournalRunsList measures Runs over 1,000,000 runs, loaded
-// once (by generate_series, not through Record) into tables of its own:
-// 20 flows, started over the 30 days before t, 80% completed, 10% running
-// (a third with a retry's error), 5% failed and the rest waiting,
-// compensated, unresolved, ended or cancelled.
+// BenchmarkSQLJournalRunsList measures Runs, Find (search) and the
+// aggregates over 1,000,000 runs, loaded once (journalbench.Load, by
+// generate_series, not through Record) into tables of their own, dropped
+// after: 20 flows, started over the 30 days before t, 80% completed, 10%
+// running (a third with a retry's error), 5% failed and the rest waiting,
+// compensated, unresolved, ended or cancelled; inputs with a customer
+// ("Ada" for one run in 4,999) and a business key. It logs the plan of the
+// payload search (EXPLAIN ANALYZE).
 func BenchmarkSQLJournalRunsList(b *testing.B) {
 	db := pool(b)
 	tb := tables(b, db)
 	ctx := ctxT(b)
 	t := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	const runs = 1_000_000
 	start := time.Now()
-	_, err := db.Exec(ctx, `
-		INSERT INTO `+tb.Runs+` (run_id, flow, status, step, input, error, started_at, updated_at,
-			ended_at, due_at, dead_letter, replays, seq)
-		SELECT 'run-' || lpad(i::text, 8, '0'), 'flow-' || (i % 20), st, 'step' || (i % 5),
-			convert_to('{"order":' || i || '}', 'UTF8'),
-			CASE st WHEN 'failed' THEN 'charge: card declined (code ' || (i % 50) || ')'
-			        WHEN 'compensated' THEN 'ship: no courier available'
-			        WHEN 'unresolved' THEN 'refund: gateway timeout'
-			        WHEN 'running' THEN CASE WHEN i % 3 = 0 THEN 'charge: connection reset by peer' ELSE '' END
-			        ELSE '' END,
-			started, started + interval '2 seconds',
-			CASE WHEN st IN ('completed', 'ended', 'failed', 'compensated', 'unresolved', 'cancelled')
-			     THEN started + interval '2 seconds' END,
-			CASE WHEN st = 'waiting' THEN started + interval '1 hour' END,
-			CASE WHEN st = 'failed' THEN 'flow-' || (i % 20) || '.charge.dlq' ELSE '' END, 0, 1000
-		FROM generate_series(1, $2::integer) AS i,
-		LATERAL (SELECT $1::timestamptz - i * interval '2.592 seconds' AS started,
-			CASE WHEN h < 80 THEN 'completed' WHEN h < 90 THEN 'running' WHEN h < 95 THEN 'failed'
-			     WHEN h < 96 THEN 'waiting' WHEN h < 97 THEN 'compensated' WHEN h < 98 THEN 'unresolved'
-			     WHEN h < 99 THEN 'ended' ELSE 'cancelled' END AS st
-			FROM (SELECT (hashint4(i)::bigint & 2147483647) % 100 AS h) AS x) AS y`, t, runs)
-	require.NoError(b, err)
-	_, err = db.Exec(ctx, `ANALYZE `+tb.Runs)
-	require.NoError(b, err)
-	b.Logf("loaded %d runs in %s", runs, time.Since(start).Round(time.Millisecond))
+	require.NoError(b, journalbench.Load(ctx, db, tb, journalbench.Runs, t))
+	b.Logf("loaded %d runs in %s", journalbench.Runs, time.Since(start).Round(time.Millisecond))
 	j := sqlJournal(b, db, tb, persistence.SQLJournalConfig{})
 	week := t.AddDate(0, 0, -7)
 	for _, c := range []struct {
@@ -148,6 +130,8 @@ func BenchmarkSQLJournalRunsList(b *testing.B) {
 		{"error~declined", journal.Query{ErrorContains: "DECLINED"}},
 		{"flow+failed+error~code_7", journal.Query{Flow: "flow-7", Statuses: []journal.Status{journal.Failed}, ErrorContains: "(code 7)"}},
 		{"error~nothing", journal.Query{ErrorContains: "matches no run"}},
+		{"key", journal.Query{BusinessKey: "order-123456"}},
+		{"id-prefix", journal.Query{IDPrefix: "run-0012345"}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var n int
@@ -159,6 +143,76 @@ func BenchmarkSQLJournalRunsList(b *testing.B) {
 				n = len(got)
 			}
 			b.ReportMetric(float64(n), "runs")
+		})
+	}
+	for _, c := range []struct {
+		name, where string
+		q           journal.Query
+	}{
+		{"where/customer+flow+week", `payload.customer == "Ada"`, journal.Query{Flow: "flow-3", Since: week, Before: t}},
+		{"where/customer", `payload.customer == "Ada"`, journal.Query{}},
+		{"where/customer+failed", `payload.customer == "Ada" && status == "failed"`, journal.Query{}},
+		{"where/customer-number+flow+week", `payload.customer == "c-17" && payload.amount >= 500`, journal.Query{Flow: "flow-17", Since: week}},
+		{"where/amount+flow+week(after)", `payload.amount > 990 && payload.customer startsWith "c-1"`, journal.Query{Flow: "flow-3", Since: week}},
+		{"where/nothing", `payload.customer == "Nobody"`, journal.Query{}},
+	} {
+		w, err := journal.ParseWhere(c.where)
+		require.NoError(b, err)
+		b.Run(c.name, func(b *testing.B) {
+			var n int
+			for b.Loop() {
+				got, err := journal.Find(ctx, j, c.q, w)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(got.Runs)
+			}
+			b.ReportMetric(float64(n), "runs")
+		})
+	}
+	rows, err := db.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) SELECT run_id FROM `+tb.Runs+` r
+		WHERE r.started_at >= $1 AND r.started_at < $2 AND r.flow = 'flow-3'
+			AND r.input_json @@ 'strict $."customer" == "Ada"'::jsonpath ORDER BY r.started_at DESC, r.run_id DESC LIMIT 100`, week, t)
+	require.NoError(b, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(b, err)
+	b.Logf("payload search plan:\n%s", strings.Join(plan, "\n"))
+	day, month := journal.Range{Since: t.Add(-time.Hour), Until: t}, journal.Range{Since: t.AddDate(0, 0, -30), Until: t}
+	for _, c := range []struct {
+		name string
+		do   func() (int, error)
+	}{
+		{"totals/all", func() (int, error) { got, err := j.Totals(ctx, journal.Range{}); return len(got), err }},
+		{"totals/flow", func() (int, error) { got, err := j.Totals(ctx, journal.Range{Flow: "flow-3"}); return len(got), err }},
+		{"totals/hour", func() (int, error) { got, err := j.Totals(ctx, day); return len(got), err }},
+		{"buckets/hour-by-minute", func() (int, error) { got, err := j.Buckets(ctx, day, time.Minute); return len(got), err }},
+		{"buckets/30days-by-6h", func() (int, error) { got, err := j.Buckets(ctx, month, 6*time.Hour); return len(got), err }},
+		{"buckets/30days-by-6h+flow", func() (int, error) {
+			r := month
+			r.Flow = "flow-3"
+			got, err := j.Buckets(ctx, r, 6*time.Hour)
+			return len(got), err
+		}},
+		{"failed-groups/all", func() (int, error) { got, err := j.FailedGroups(ctx, journal.Range{}, 0); return len(got), err }},
+		{"failed-groups/flow", func() (int, error) {
+			got, err := j.FailedGroups(ctx, journal.Range{Flow: "flow-3"}, 0)
+			return len(got), err
+		}},
+		{"failed-group-runs", func() (int, error) {
+			got, err := j.FailedGroupRuns(ctx, journal.GroupRef{Flow: "flow-3", Step: "step3", Pattern: "charge: card declined (code <n>)"}, journal.Range{}, 100)
+			return len(got), err
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var n int
+			for b.Loop() {
+				got, err := c.do()
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = got
+			}
+			b.ReportMetric(float64(n), "rows")
 		})
 	}
 }

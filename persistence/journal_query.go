@@ -35,8 +35,12 @@ func (j *SQLJournal) Run(ctx context.Context, id string) (journal.Run, error) {
 // then run id), or with journal.SoonestDue the runs with a due time, by
 // due time, then run id; at most q.Limit (journal.DefaultLimit when 0 or
 // less). ErrorContains is matched case-insensitively by the database's
-// ILIKE, its % and _ taken literally.
+// ILIKE, its % and _ taken literally. A Where, a BusinessKey or an
+// IDPrefix is answered by a statement of its own (see search).
 func (j *SQLJournal) Runs(ctx context.Context, q journal.Query) ([]journal.Run, error) {
+	if searching(q) {
+		return j.search(ctx, q)
+	}
 	limit := q.Limit
 	if limit <= 0 {
 		limit = journal.DefaultLimit
@@ -302,7 +306,7 @@ const eventColumns = `r.flow, e.key, e.seq, e.kind, e.step, e.attempt, e.outcome
 
 // runColumns are what scanRun reads, in its order.
 const runColumns = `r.run_id, r.flow, r.status, r.step, r.input, r.error, r.started_at, r.updated_at,
-	r.ended_at, r.due_at, r.dead_letter, r.replays, r.seq, r.input_replays, r.version`
+	r.ended_at, r.due_at, r.dead_letter, r.replays, r.seq, r.input_replays, r.version, r.business_key`
 
 func scanRun(row pgx.CollectableRow) (journal.Run, error) {
 	var (
@@ -311,7 +315,7 @@ func scanRun(row pgx.CollectableRow) (journal.Run, error) {
 		input  []byte
 	)
 	err := row.Scan(&r.ID, &r.Flow, &status, &r.Step, &input, &r.Error, &r.StartedAt, &r.UpdatedAt,
-		&r.EndedAt, &r.DueAt, &r.DeadLetter, &r.Replays, &r.Seq, &r.InputReplays, &r.Version)
+		&r.EndedAt, &r.DueAt, &r.DeadLetter, &r.Replays, &r.Seq, &r.InputReplays, &r.Version, &r.BusinessKey)
 	r.Status = journal.Status(status)
 	if input != nil {
 		r.Input = json.RawMessage(input)
@@ -362,9 +366,11 @@ func renderJournalStatements(t Tables) journalStatements {
 			WITH b AS (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[],
 					$7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[],
-					$12::integer[], $13::bigint[], $14::timestamptz[], $15::boolean[], $32::integer[], $33::text[])
+					$12::integer[], $13::bigint[], $14::timestamptz[], $15::boolean[], $32::integer[], $33::text[],
+					$37::text[], $38::boolean[])
 				WITH ORDINALITY AS b(run_id, flow, status, step, input, error, started_at, updated_at,
-					ended_at, due_at, dead_letter, replays, seq, min_start, has_status, input_replays, version, ord)
+					ended_at, due_at, dead_letter, replays, seq, min_start, has_status, input_replays, version,
+					business_key, input_is_json, ord)
 			), entries AS (
 				-- Unreferenced, so it runs after the runs' upsert: every
 				-- batch locks runs, then entries, each in sorted order.
@@ -388,14 +394,17 @@ func renderJournalStatements(t Tables) journalStatements {
 						EXCLUDED.input, EXCLUDED.input_state, EXCLUDED.input_size)
 			)
 			INSERT INTO {{runs}} AS cur (run_id, flow, status, step, input, error, started_at, updated_at,
-				ended_at, due_at, dead_letter, replays, seq, input_replays, version)
+				ended_at, due_at, dead_letter, replays, seq, input_replays, version, business_key, input_json)
 			SELECT run_id, flow, status, step, input, error, started_at, updated_at,
-				ended_at, due_at, dead_letter, replays, seq, input_replays, version
+				ended_at, due_at, dead_letter, replays, seq, input_replays, version, business_key,
+				CASE WHEN input_is_json THEN convert_from(input, 'UTF8')::jsonb END
 			FROM b ORDER BY ord
 			ON CONFLICT (run_id) DO UPDATE SET
-				(started_at, input, input_replays, version, status, step, error, updated_at, ended_at, due_at, dead_letter, replays, seq) = (
+				(started_at, input, input_json, business_key, input_replays, version, status, step, error, updated_at, ended_at, due_at, dead_letter, replays, seq) = (
 				SELECT LEAST(cur.started_at, d.min_start),
 					CASE WHEN d.newer_input THEN EXCLUDED.input ELSE cur.input END,
+					CASE WHEN d.newer_input THEN EXCLUDED.input_json ELSE cur.input_json END,
+					CASE WHEN d.newer_input THEN EXCLUDED.business_key ELSE cur.business_key END,
 					CASE WHEN d.newer_input THEN EXCLUDED.input_replays ELSE cur.input_replays END,
 					CASE WHEN d.newer_input THEN EXCLUDED.version ELSE cur.version END,
 					CASE WHEN d.apply THEN EXCLUDED.status ELSE cur.status END,

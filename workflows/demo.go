@@ -363,7 +363,7 @@ func (d *demo) follow(ctx context.Context, n int, r demoRun, runID string) (jour
 	if !o.Digital {
 		what += " to " + o.Address
 	}
-	d.printf("  order %s: %s, %s, card %s; run id %s\n", o.ID, o.Customer, what, o.Card, runID)
+	d.printf("  order %s: %s, %s, card %s; run id %s\n", o.ID, o.Customer, what, engine.Mask(o.Card), runID)
 	run, err := d.j.wait(ctx, runID, d.ended)
 	if err != nil {
 		return "", fmt.Errorf("demo: run %d (%s) did not end: %w", n, runID, err)

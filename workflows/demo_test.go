@@ -23,7 +23,7 @@ flow FLOW: validate → charge → reserve [reserve-stock ∥ book-courier] (whe
 each run's timeline is read back from the run journal; times are since the run started
 
 run 1: an order that goes straight through
-  order o-1001: Ada, 2 x coffee beans to 12 Harbour Street, Bristol, card 4242 4242 4242 4242; run id RUN
+  order o-1001: Ada, 2 x coffee beans to 12 Harbour Street, Bristol, card •••• 4242; run id RUN
     +T  start      the run starts
     +T  validate   completed
     +T  charge     completed
@@ -37,7 +37,7 @@ run 1: an order that goes straight through
   → completed after T
 
 run 2: an e-book, nothing to reserve or ship; the payment gateway times out once and charge is retried
-  order o-1002: Grace, 1 x e-book, card 4000 0000 0000 0119; run id RUN
+  order o-1002: Grace, 1 x e-book, card •••• 0119; run id RUN
     +T  start      the run starts
     +T  validate   completed
     +T  charge     attempt 1 failed, retried in 1s: charge 1200 cents: payment gateway timed out
@@ -47,7 +47,7 @@ run 2: an e-book, nothing to reserve or ship; the payment gateway times out once
   → completed after T
 
 run 3: the courier does not deliver to Atlantis, after the card was charged
-  order o-1003: Linus, 1 x desk lamp to 1 Coral Way, Atlantis, card 4242 4242 4242 4242; run id RUN
+  order o-1003: Linus, 1 x desk lamp to 1 Coral Way, Atlantis, card •••• 4242; run id RUN
     +T  start      the run starts
     +T  validate   completed
     +T  charge     completed
@@ -64,7 +64,7 @@ run 3: the courier does not deliver to Atlantis, after the card was charged
   → compensated after T
 
 run 4: an order to ship at HH:MM:SS, a few seconds after it is placed
-  order o-1004: Barbara, 1 x teapot to 7 Mill Lane, Leeds, card 4242 4242 4242 4242; run id RUN
+  order o-1004: Barbara, 1 x teapot to 7 Mill Lane, Leeds, card •••• 4242; run id RUN
     +T  start      the run starts
     +T  validate   completed
     +T  charge     completed

@@ -46,8 +46,11 @@ type Order struct {
 	Item     string `json:"item"`
 	Quantity int    `json:"quantity"`
 	// AmountCents is what the card is charged, in cents.
-	AmountCents int    `json:"amount_cents"`
-	Card        string `json:"card"`
+	AmountCents int `json:"amount_cents"`
+	// Card is the card number: secret, kept as it is in messages and in
+	// the run journal (a replay charges it), shown masked ("•••• 4242")
+	// by the dashboard, the command line's output and the logs.
+	Card string `json:"card" acemq:"secret"`
 	// Address is where a physical order ships; a digital one has none.
 	Address string `json:"address,omitempty"`
 	// Digital orders are neither reserved nor shipped.

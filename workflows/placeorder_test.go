@@ -234,7 +234,8 @@ func TestPlaceOrderRuns(t *testing.T) {
 
 		r := fx.wait(declined, journal.Failed, 10*time.Second)
 		fx.timeline(declined, "start::started", "step:validate:completed", "step:charge:failed")
-		require.Contains(t, r.Error, "card 4000 0000 0000 0002 declined")
+		require.Contains(t, r.Error, "card •••• 0002 declined", "the error names the card masked")
+		require.NotContains(t, r.Error, "4000 0000 0000 0002")
 		require.Nil(t, r.DueAt, "nothing to compensate: not held")
 		require.Equal(t, []string{"charge!"}, fx.rec.of("declined"), "given up at once")
 
@@ -349,4 +350,17 @@ func side(calls []string) []string {
 		}
 	}
 	return out
+}
+
+// TestPlaceOrderCardIsSecret: the order's card is place-order's one
+// secret, which redaction masks to its last four digits.
+func TestPlaceOrderCardIsSecret(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{"payload.card"}, engine.Secrets(workflows.PlaceOrder))
+	raw, err := json.Marshal(workflows.ExampleOrder())
+	require.NoError(t, err)
+	shown := string(engine.Redact(raw, engine.Secrets(workflows.PlaceOrder)))
+	require.Contains(t, shown, `"card":"•••• 4242"`)
+	require.NotContains(t, shown, workflows.CardApproved)
+	require.Contains(t, shown, `"customer":"Ada"`)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/engine"
 )
 
 // Test cards of the stand-in payment gateway, written as a person would
@@ -89,7 +90,9 @@ func (s *StandIns) Charge(_ context.Context, o Order) (string, error) {
 	}
 	switch card(o.Card) {
 	case card(CardDeclined):
-		return "", broker.Fatal(fmt.Errorf("payment gateway: card %s declined", o.Card))
+		// The card is secret: an error goes to the journal and the logs
+		// as it is, so it names the card as a receipt does.
+		return "", broker.Fatal(fmt.Errorf("payment gateway: card %s declined", engine.Mask(o.Card)))
 	case card(CardTimesOutOnce):
 		s.mu.Lock()
 		defer s.mu.Unlock()

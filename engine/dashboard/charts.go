@@ -19,8 +19,6 @@ const (
 	marginLeft  = 44
 	marginTop   = 10
 	marginBelow = 22
-	chartWindow = time.Hour
-	chartBucket = time.Minute
 )
 
 // bar is one rectangle of a chart, with its tooltip.
@@ -72,45 +70,145 @@ type chartsPage struct {
 	Latency      latencyChart
 	// Sampled is how many runs' timelines the step times come from.
 	Sampled int
+	// Flow and Window are the filters, Flows and Windows what the form
+	// offers; Totals the runs started in the range by status (from the
+	// journal's aggregates: Aggregated).
+	Flow, Window string
+	Flows        []string
+	Windows      []struct{ Value, Label string }
+	Totals       []journal.StatusCount
+	Aggregated   bool
+	Bucket       time.Duration
 }
 
-// charts draws the last hour from the journal.
-func (d *Dashboard) charts(w http.ResponseWriter, r *http.Request) {
+// sampleBudget is how long /charts reads timelines for its step times.
+const sampleBudget = 100 * time.Millisecond
+
+// chartWindows are the ranges /charts and /failed offer ("" on /failed:
+// the whole journal).
+var chartWindows = []struct{ Value, Label string }{
+	{"15m", "last 15 minutes"}, {"1h", "last hour"}, {"6h", "last 6 hours"},
+	{"24h", "last 24 hours"}, {"168h", "last 7 days"}, {"720h", "last 30 days"},
+}
+
+// bucketWidths are the widths a chart's columns may have: the first that
+// makes at most maxColumns of them.
+var bucketWidths = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour}
+
+const maxColumns = 120
+
+// bucketFor is the column width of a chart over window.
+func bucketFor(window time.Duration) time.Duration {
+	for _, w := range bucketWidths {
+		if window/w <= maxColumns {
+			return w
+		}
+	}
+	return bucketWidths[len(bucketWidths)-1]
+}
+
+// rangeOf reads a page's flow and window (a duration back from now:
+// fallback when none is given, "" for the whole journal) from its query,
+// or says what is wrong with them.
+func (d *Dashboard) rangeOf(r *http.Request, fallback string) (journal.Range, string, string, bool) {
+	q := r.URL.Query()
+	rg := journal.Range{Flow: q.Get("flow")}
+	window := fallback
+	if q.Has("window") {
+		window = q.Get("window")
+	}
+	if window == "" {
+		return rg, window, "", true
+	}
+	win, err := time.ParseDuration(window)
+	if err != nil || win <= 0 || win > 720*time.Hour {
+		return rg, window, "No such time window: " + window + " (want a duration of at most 720h).", false
+	}
 	now := d.cfg.Now()
-	since := now.Add(-chartWindow)
-	runs, err := d.journal.Runs(r.Context(), journal.Query{Since: since, Limit: maxChartRuns})
-	if err != nil {
-		d.journalFailed(w, r, err)
+	rg.Since, rg.Until = now.Add(-win), now
+	return rg, window, "", true
+}
+
+// charts draws the counts of a range (the last hour unless the page asks
+// for another) from the journal: its aggregates over every run when it
+// has them (journal.Aggregator), else the newest maxChartRuns runs.
+func (d *Dashboard) charts(w http.ResponseWriter, r *http.Request) {
+	rg, window, why, ok := d.rangeOf(r, "1h")
+	if !ok || window == "" {
+		d.fail(w, r, http.StatusBadRequest, cmp.Or(why, "The charts want a time window."))
 		return
 	}
-	p := chartsPage{Since: since, Until: now, Runs: len(runs), Capped: len(runs) == maxChartRuns}
-	n := int(chartWindow / chartBucket)
-	started, failed := make([]float64, n), make([]float64, n)
-	slot := func(t time.Time) int {
-		if t.Before(since) || !t.Before(now) {
-			return -1
-		}
-		return int(t.Sub(since) / chartBucket)
+	since, now := rg.Since, rg.Until
+	width := bucketFor(now.Sub(since))
+	p := chartsPage{Since: since, Until: now, Flow: rg.Flow, Window: window, Flows: d.flowNames(), Windows: chartWindows, Bucket: width}
+	if p.Flow != "" && !slices.Contains(p.Flows, p.Flow) {
+		p.Flows = append(p.Flows, p.Flow)
 	}
-	for _, run := range runs {
-		if i := slot(run.StartedAt); i >= 0 {
-			started[i]++
+	n := int((now.Sub(since) + width - 1) / width)
+	started, failed := make([]float64, n), make([]float64, n)
+	var runs []journal.Run
+	if agg, ok := d.journal.(journal.Aggregator); ok {
+		buckets, err := agg.Buckets(r.Context(), rg, width)
+		if err != nil {
+			d.journalFailed(w, r, err)
+			return
 		}
-		switch run.Status {
-		case journal.Failed, journal.Compensating, journal.Compensated, journal.Unresolved:
-			if i := slot(failedAt(run)); i >= 0 {
-				failed[i]++
+		for i, b := range buckets[:min(len(buckets), n)] {
+			started[i], failed[i] = float64(b.Started), float64(b.Failed)
+		}
+		if p.Totals, err = agg.Totals(r.Context(), rg); err != nil {
+			d.journalFailed(w, r, err)
+			return
+		}
+		for _, t := range p.Totals {
+			p.Runs += int(t.Runs)
+		}
+		p.Aggregated = true
+		if runs, err = d.journal.Runs(r.Context(), journal.Query{Flow: rg.Flow, Since: since, Limit: d.cfg.ChartSample}); err != nil {
+			d.journalFailed(w, r, err)
+			return
+		}
+	} else {
+		var err error
+		runs, err = d.journal.Runs(r.Context(), journal.Query{Flow: rg.Flow, Since: since, Limit: maxChartRuns})
+		if err != nil {
+			d.journalFailed(w, r, err)
+			return
+		}
+		p.Runs, p.Capped = len(runs), len(runs) == maxChartRuns
+		slot := func(t time.Time) int {
+			if t.Before(since) || !t.Before(now) {
+				return -1
+			}
+			return int(t.Sub(since) / width)
+		}
+		for _, run := range runs {
+			if i := slot(run.StartedAt); i >= 0 {
+				started[i]++
+			}
+			if journal.FailedStatus(run.Status) {
+				if i := slot(failedAt(run)); i >= 0 {
+					failed[i]++
+				}
 			}
 		}
 	}
-	p.Started = columns("Runs started per minute", started, "started", since)
-	p.Started.Summary = fmt.Sprintf("%d started, %s runs/s on average", int(sum(started)), strconv.FormatFloat(sum(started)/chartWindow.Seconds(), 'g', 3, 64))
-	p.Failed = columns("Runs failed per minute (when they stopped)", failed, "failed", since)
+	per := width.String()
+	p.Started = columns("Runs started per "+per, started, "started", since, width)
+	p.Started.Summary = fmt.Sprintf("%d started, %s runs/s on average", int(sum(started)), strconv.FormatFloat(sum(started)/now.Sub(since).Seconds(), 'g', 3, 64))
+	p.Failed = columns("Runs failed per "+per+" (when they stopped)", failed, "failed", since, width)
 	p.Failed.Summary = fmt.Sprintf("%d failed and not replayed since: waiting for a replay, compensated or unresolved", int(sum(failed)))
 
 	sample := runs[:min(len(runs), d.cfg.ChartSample)]
 	took := map[[2]string][]time.Duration{}
-	for _, run := range sample {
+	// The timelines are read one by one: at most sampleBudget of them,
+	// so that the page stays quick on a journal of many runs.
+	began := time.Now()
+	for i, run := range sample {
+		if time.Since(began) > sampleBudget {
+			sample = sample[:i]
+			break
+		}
 		events, err := d.journal.Timeline(r.Context(), run.ID)
 		if err != nil {
 			continue
@@ -135,8 +233,13 @@ func sum(v []float64) float64 {
 	return s
 }
 
-// columns lays out one column per value, oldest on the left.
-func columns(title string, values []float64, class string, since time.Time) barChart {
+// columns lays out one column per value (of width each), oldest on the
+// left.
+func columns(title string, values []float64, class string, since time.Time, width time.Duration) barChart {
+	layout := "15:04Z"
+	if width >= time.Hour {
+		layout = "01-02 15:04Z"
+	}
 	c := barChart{Title: title, Width: chartWidth, Height: chartHeight, Left: marginLeft, Right: chartWidth - 24,
 		Base: chartHeight - marginBelow}
 	top := niceCeil(slices.Max(values))
@@ -144,16 +247,17 @@ func columns(title string, values []float64, class string, since time.Time) barC
 	colW := (c.Right - c.Left) / float64(len(values))
 	for i, v := range values {
 		h := v / top * plotH
-		at := since.Add(time.Duration(i) * chartBucket)
+		at := since.Add(time.Duration(i) * width)
 		c.Bars = append(c.Bars, bar{X: c.Left + float64(i)*colW + 1, Y: c.Base - h, W: max(colW-2, 1), H: h, Class: class,
-			Title: fmt.Sprintf("%s: %s", at.UTC().Format("15:04Z"), strconv.FormatFloat(v, 'f', -1, 64))})
+			Title: fmt.Sprintf("%s: %s", at.UTC().Format(layout), strconv.FormatFloat(v, 'f', -1, 64))})
 	}
 	for _, f := range []float64{0, 0.5, 1} {
 		c.YTicks = append(c.YTicks, tick{X: c.Left - 6, Y: c.Base - f*plotH, Label: strconv.FormatFloat(f*top, 'f', -1, 64)})
 	}
-	for i := 0; i <= len(values); i += 15 {
-		at := since.Add(time.Duration(i) * chartBucket)
-		c.XTicks = append(c.XTicks, tick{X: c.Left + float64(i)*colW, Y: c.Base + 15, Label: at.UTC().Format("15:04Z")})
+	step := max(len(values)/4, 1)
+	for i := 0; i <= len(values); i += step {
+		at := since.Add(time.Duration(i) * width)
+		c.XTicks = append(c.XTicks, tick{X: c.Left + float64(i)*colW, Y: c.Base + 15, Label: at.UTC().Format(layout)})
 	}
 	return c
 }

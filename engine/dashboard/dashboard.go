@@ -33,6 +33,10 @@ const (
 	DefaultActionTimeout = 30 * time.Second
 	// DefaultGroupReplayTimeout bounds one group replay.
 	DefaultGroupReplayTimeout = 15 * time.Minute
+	// DefaultSessionMaxAge is how long a browser stays signed in.
+	DefaultSessionMaxAge = 12 * time.Hour
+	// DefaultSessionIdle is how long a session lasts with no page asked.
+	DefaultSessionIdle = time.Hour
 )
 
 // maxChartRuns caps the runs /charts reads for its counts.
@@ -56,6 +60,10 @@ type Config struct {
 	// Token, when set, is required on every page (see the package
 	// documentation).
 	Token string
+	// TokenName names who holds Token: the actor the run's timeline
+	// records for a replay, compensation, cancellation, signal or start
+	// asked from the dashboard or its API ("" = DefaultActor).
+	TokenName string
 	// Hosts are the host names (without port) the dashboard answers to
 	// when it has no Token, besides IP addresses and localhost.
 	Hosts []string
@@ -79,7 +87,19 @@ type Config struct {
 	// background (0 = DefaultGroupReplayTimeout): once it passes, the
 	// replay stops between messages, as Close stops it.
 	GroupReplayTimeout time.Duration
-	// Now is the clock (nil = time.Now), for tests of time windows.
+	// Secrets are the secret paths of flows by name (engine.Secrets), for
+	// the flows the dashboard has no Engine for: a run's payload is shown
+	// with them masked. An Engine's flows bring their own
+	// (engine.FlowInfo.Secrets).
+	Secrets map[string][]string
+	// SessionMaxAge is how long a browser's session lasts after its
+	// sign-in, however busy (0 = DefaultSessionMaxAge); SessionIdle how
+	// long it lasts with no page asked for (0 = DefaultSessionIdle; a page
+	// that reloads itself keeps it alive).
+	SessionMaxAge time.Duration
+	SessionIdle   time.Duration
+	// Now is the clock (nil = time.Now), for tests of time windows,
+	// sessions and sign-in throttling.
 	Now func() time.Time
 }
 
@@ -94,9 +114,11 @@ type Dashboard struct {
 	mux     *http.ServeMux
 	// csrfKey signs CSRF nonces; made anew by each New.
 	csrfKey []byte
-	// session is the cookie value a logged-in browser holds (an HMAC of
-	// the token); empty without a token.
-	session string
+	// sessionKey signs session cookies (made from the token); throttle
+	// counts wrong tokens; sessions are those logged out (auth.go).
+	sessionKey []byte
+	throttle   *throttle
+	sessions   *sessions
 	// replays are the group replays running and lately done.
 	replays *replays
 }
@@ -111,7 +133,8 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.Journal == nil && cfg.Engine == nil {
 		return nil, fmt.Errorf("%w: needs a Journal or an Engine", ErrInvalidConfig)
 	}
-	if cfg.PageSize < 0 || cfg.MaxGroupReplay < 0 || cfg.MaxFailed < 0 || cfg.ChartSample < 0 || cfg.ActionTimeout < 0 || cfg.GroupReplayTimeout < 0 {
+	if cfg.PageSize < 0 || cfg.MaxGroupReplay < 0 || cfg.MaxFailed < 0 || cfg.ChartSample < 0 || cfg.ActionTimeout < 0 || cfg.GroupReplayTimeout < 0 ||
+		cfg.SessionMaxAge < 0 || cfg.SessionIdle < 0 {
 		return nil, fmt.Errorf("%w: negative size or duration", ErrInvalidConfig)
 	}
 	if cfg.Journal == nil {
@@ -141,15 +164,21 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.SessionMaxAge == 0 {
+		cfg.SessionMaxAge = DefaultSessionMaxAge
+	}
+	if cfg.SessionIdle == 0 {
+		cfg.SessionIdle = DefaultSessionIdle
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
 	}
 	d := &Dashboard{cfg: cfg, journal: cfg.Journal, eng: cfg.Engine, log: cfg.Logger, pages: pages,
-		mux: http.NewServeMux(), csrfKey: make([]byte, 32), replays: newReplays()}
+		mux: http.NewServeMux(), csrfKey: make([]byte, 32), replays: newReplays(), throttle: newThrottle(), sessions: newSessions()}
 	rand.Read(d.csrfKey) // never fails: it crashes the process first
 	if cfg.Token != "" {
-		d.session = sessionValue(cfg.Token)
+		d.sessionKey = sessionKeyOf(cfg.Token)
 	}
 	static, err := fs.Sub(assets, "assets/static")
 	if err != nil {
@@ -170,6 +199,10 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.Handle("POST /failed/replay", d.action(d.replayGroup))
 	d.mux.Handle("GET /failed/replay/{id}", d.page(d.groupReplayPage))
 	d.mux.Handle("GET /charts", d.page(d.charts))
+	d.mux.Handle("GET /flows", d.page(d.flowsList))
+	d.mux.Handle("GET /flows/{flow}", d.page(d.flowPage))
+	d.mux.Handle("POST /flows/{flow}/start", d.action(d.startRun))
+	d.routeAPI()
 	d.mux.Handle("/", d.page(func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "No such page.")
 	}))

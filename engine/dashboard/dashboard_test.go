@@ -114,7 +114,7 @@ func TestActionsNeedACSRFToken(t *testing.T) {
 	require.Contains(t, body, "The form was stale")
 	status, _, _ = dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token + "x"}}, nil)
 	require.Equal(t, http.StatusForbidden, status)
-	status, _, _ = dashboardtest.Do(t, dashboardtest.Client(t), http.MethodPost, replay, url.Values{"csrf": {token}}, nil)
+	status, _, _ = dashboardtest.Do(t, dashboardtest.Client(t), http.MethodPost, replay, url.Values{"csrf": {token}, "confirm": {"1"}}, nil)
 	require.Equal(t, http.StatusForbidden, status, "a token without its cookie")
 	status, _, _ = dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}}, map[string]string{"Sec-Fetch-Site": "cross-site"})
 	require.Equal(t, http.StatusForbidden, status)
@@ -122,12 +122,12 @@ func TestActionsNeedACSRFToken(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, status, "replay is a POST")
 	fx.Wait(run, journal.Failed)
 
-	status, _, resp := dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}}, nil)
+	status, _, resp := dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}, "confirm": {"1"}}, nil)
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, "/runs/"+run+"?done=replayed", resp.Header.Get("Location"))
 	fx.Wait(run, journal.Completed)
 
-	status, body, _ = dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}}, nil)
+	status, body, _ = dashboardtest.Do(t, c, http.MethodPost, replay, url.Values{"csrf": {token}, "confirm": {"1"}}, nil)
 	require.Equal(t, http.StatusConflict, status, "a completed run is not replayed")
 	require.Contains(t, body, "cannot be replayed")
 }
@@ -138,7 +138,7 @@ func TestBearerClientsNeedNoCSRF(t *testing.T) {
 	t.Parallel()
 	fx := dashboardtest.New(t, dashboard.Config{Token: "t0k"})
 	run := fx.Start(dashboardtest.Order{ID: "o-1", Fail: "declined"}, journal.Failed)
-	status, _, _ := dashboardtest.Do(t, http.DefaultClient, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/replay", url.Values{},
+	status, _, _ := dashboardtest.Do(t, http.DefaultClient, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/replay", url.Values{"confirm": {"1"}},
 		map[string]string{"Authorization": "Bearer t0k"})
 	require.Equal(t, http.StatusOK, status, "followed to the run's page")
 	fx.Wait(run, journal.Completed)
@@ -256,11 +256,15 @@ func TestCompensateNow(t *testing.T) {
 	c := dashboardtest.Client(t)
 	_, page, _ := dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/runs/"+run, nil, nil)
 	status, _, resp := dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/compensate", url.Values{"csrf": {dashboardtest.CSRF(t, page)}}, nil)
+	require.Equal(t, http.StatusBadRequest, status, "compensating asks for its confirmation")
+	status, _, resp = dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/compensate",
+		url.Values{"csrf": {dashboardtest.CSRF(t, page)}, "confirm": {"1"}, "reason": {"order withdrawn"}}, nil)
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, "/runs/"+run+"?done=compensating", resp.Header.Get("Location"))
 	fx.Wait(run, journal.Compensated)
 	_, page, _ = dashboardtest.Do(t, c, http.MethodGet, fx.Srv.URL+"/runs/"+run, nil, nil)
 	require.Contains(t, page, `data-kind="compensation"`)
+	require.Contains(t, page, `data-outcome="compensation asked by dashboard: order withdrawn"`, "the timeline says who asked, and why")
 	require.NotContains(t, page, `id="replay"`, "a compensated run cannot be replayed")
 }
 
@@ -502,11 +506,11 @@ func TestSignalAndCancelFromTheRunPage(t *testing.T) {
 	require.Contains(t, page, `id="cancel"`)
 	csrf := dashboardtest.CSRF(t, page)
 	status, body, _ := dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/signal",
-		url.Values{"csrf": {csrf}, "signal": {"approval"}, "payload": {`{"by":7}`}}, nil)
+		url.Values{"csrf": {csrf}, "signal": {"approval"}, "payload": {`{"by":7}`}, "confirm": {"1"}}, nil)
 	require.Equal(t, http.StatusBadRequest, status, "a payload that is not the signal's")
 	require.Contains(t, body, "payload")
 	status, _, resp := dashboardtest.Do(t, c, http.MethodPost, fx.Srv.URL+"/runs/"+run+"/signal",
-		url.Values{"csrf": {csrf}, "signal": {"approval"}, "payload": {`{"by":"ada"}`}}, nil)
+		url.Values{"csrf": {csrf}, "signal": {"approval"}, "payload": {`{"by":"ada"}`}, "confirm": {"1"}}, nil)
 	require.Equal(t, http.StatusSeeOther, status)
 	require.Equal(t, "/runs/"+run+"?done=signalled", resp.Header.Get("Location"))
 	fx.Wait(run, journal.Completed)

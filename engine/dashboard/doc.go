@@ -66,11 +66,52 @@
 //     token, since a browser never adds that header on its own), or the
 //     session cookie a browser gets from the login form or from opening
 //     any page with ?token=<token> (the address is then reloaded without
-//     it). The cookie holds an HMAC of the token, not the token, and is
-//     HttpOnly and SameSite=Lax. Anything else is 401 with the login form.
+//     it). The cookie holds a random session id, when it signed in and
+//     when it was last seen, signed with a key made from the token (never
+//     the token), and is HttpOnly and SameSite=Lax. A session ends
+//     SessionMaxAge after its sign-in however busy, SessionIdle after the
+//     last page asked for (the cookie's Max-Age and Expires say the
+//     nearer), at Log out (the session is refused from then on, even
+//     with its cookie kept), and when the token changes. Anything else
+//     is 401 with the login form; "Log out" shows only to a browser
+//     signed in.
+//   - Wrong tokens (the login form, ?token=, a bearer header) are
+//     throttled: after 5 from one client address within a minute the
+//     address gets 429 with Retry-After for a second, doubled at each
+//     further wrong token up to 15 minutes; after 50 overall within a
+//     minute every address does, up to a minute. A refused request's
+//     token is not compared, so the right one waits too. The address is
+//     the peer's: clients behind one proxy share it.
+//   - Payload fields a flow marks secret (dsl.Secret, `acemq:"secret"`:
+//     engine.Secrets) are masked wherever a payload is shown
+//     (engine.Redact): by the engine's flows' secrets, or Config.Secrets
+//     for flows the dashboard has no engine for; a flow known to neither
+//     is shown as it is.
 //   - Without a Token, requests must name a host that is an IP address,
 //     localhost or one of Config.Hosts: a page of another site that
 //     resolves its own name to 127.0.0.1 (DNS rebinding) gets 403.
+//
+// # The JSON API
+//
+// Under /api the dashboard answers JSON, with the pages' functions (the
+// runs list's search, failedGroups, redact) and the same token: GET
+// /api/runs (flow, status, window, q or search, limit up to MaxAPILimit,
+// cursor: APIRuns), /api/runs/{id} (a journal.Run), /api/runs/{id}/timeline
+// (APITimeline), /api/failed (flow, window: APIFailed), and POST
+// /api/runs/{id}/replay, /compensate, /cancel, /signal and
+// /api/flows/{flow}/start, each with an APIActionRequest body, answering an
+// APIAction (start: 201). A failure is an APIError with its status: 400,
+// 401, 403 (read-only, another site, or a cookie-signed POST without the
+// page's CSRF token in X-CSRF-Token; a bearer client needs none), 404,
+// 409, 429, 502.
+//
+// # Actions with a record
+//
+// Replay, compensate, cancel, signal (the run page) and start (a flow's
+// page, /flows/{flow}, prefilled with its example payload) ask for a
+// ticked confirmation, and record in the run's timeline who asked
+// (Config.TokenName, or DefaultActor) and the reason typed in
+// (engine.Action): "replayed by ada: the bank is back".
 //
 // Long-lived settings are a Config struct; its zero values are defaults.
 package dashboard

@@ -23,7 +23,7 @@ func TestNormalize(t *testing.T) {
 		require.Equal(t, want, normalize(in), in)
 	}
 	long := normalize(string(make([]byte, 1000)) + "x")
-	require.LessOrEqual(t, len(long), maxPattern+len("…"))
+	require.LessOrEqual(t, len(long), journal.MaxPattern+len("…"))
 }
 
 // TestGroupFailed: one group per flow, step and pattern, the biggest

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +34,8 @@ type runsPage struct {
 	// first page's while paging.
 	Older, Newest string
 	Paging        bool
+	// Note says the search's answer may be partial (see search).
+	Note string
 }
 
 // runs is the runs list.
@@ -45,7 +46,7 @@ func (d *Dashboard) runs(w http.ResponseWriter, r *http.Request) {
 	if p.Flow != "" && !slices.Contains(p.Flows, p.Flow) {
 		p.Flows = append(p.Flows, p.Flow)
 	}
-	query := journal.Query{Flow: p.Flow, ErrorContains: p.Q, Limit: d.cfg.PageSize}
+	query := journal.Query{Flow: p.Flow, Limit: d.cfg.PageSize}
 	if p.Status != "" {
 		st := journal.Status(p.Status)
 		if !st.Valid() {
@@ -70,12 +71,16 @@ func (d *Dashboard) runs(w http.ResponseWriter, r *http.Request) {
 		}
 		query.Before, p.Paging = t, true
 	}
-	runs, err := d.journal.Runs(r.Context(), query)
-	if err != nil {
+	runs, note, err := d.search(r.Context(), query, p.Q)
+	switch {
+	case errors.Is(err, journal.ErrInvalidWhere):
+		d.fail(w, r, http.StatusBadRequest, "The search is not an expression over a run: "+err.Error())
+		return
+	case err != nil:
 		d.journalFailed(w, r, err)
 		return
 	}
-	p.Runs = runs
+	p.Runs, p.Note = runs, note
 	link := func(before time.Time) string {
 		v := url.Values{}
 		for k, s := range map[string]string{"flow": p.Flow, "status": p.Status, "window": p.Window, "q": p.Q} {
@@ -127,7 +132,8 @@ type stepState struct {
 }
 
 type runPage struct {
-	Run   journal.Run
+	Run journal.Run
+	// Input is the run's input, indented, its secrets masked (redact).
 	Input string
 	Steps []stepState
 	// Events are the run's own events (its forks' branches have theirs
@@ -171,6 +177,7 @@ var flashes = map[string]string{
 	"compensating": "Sent to be compensated: a worker of the flow starts the compensations of the steps it had completed.",
 	"cancelled":    "Cancelled: no further step of it starts, and what it completed is being compensated.",
 	"signalled":    "Signal sent: the run goes on with it (or takes it when it reaches its wait).",
+	"started":      "Started: the run's first message is on its way.",
 	"replayed-from": "Replayed from the step chosen: it runs again on the input it had there, on the flow's current version, " +
 		"and so does every step after it. Nothing was compensated first.",
 }
@@ -214,7 +221,7 @@ func (d *Dashboard) runPage(w http.ResponseWriter, r *http.Request) (runPage, in
 		d.journalFailed(w, r, err)
 		return runPage{}, 0, false
 	}
-	p := runPage{Run: run, Input: pretty(run.Input), Forks: forkViews(id, forks, fq, d.cfg.PageSize)}
+	p := runPage{Run: run, Input: pretty(d.redact(run.Flow, run.Input)), Forks: forkViews(id, forks, fq, d.cfg.PageSize)}
 	if err := timeline.Fill(r.Context(), d.journal, id, forks); err != nil {
 		d.journalFailed(w, r, err)
 		return runPage{}, 0, false
@@ -332,123 +339,43 @@ func pretty(raw json.RawMessage) string {
 	return b.String()
 }
 
-// replay replays one failed run, then shows it.
-func (d *Dashboard) replay(w http.ResponseWriter, r *http.Request) {
-	act(d, w, r, "replayed", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Replay(ctx, id) })
-}
-
-// replayFrom re-runs a stopped run from the step the form chose, once its
-// confirmation is ticked; the dashboard is who asked.
-func (d *Dashboard) replayFrom(w http.ResponseWriter, r *http.Request) {
-	act(d, w, r, "replayed-from", func(ctx context.Context, id string) (engine.ReplayedFrom, error) {
-		if r.PostFormValue("confirm") == "" {
-			return engine.ReplayedFrom{}, errNotConfirmedReplay
-		}
-		return d.eng.ReplayFrom(ctx, id, engine.ReplayFromRequest{Step: r.PostFormValue("step"), Reason: r.PostFormValue("reason"), Actor: "dashboard"})
-	})
-}
-
-// errNotConfirmedReplay: a replay-from form sent without its confirmation
-// ticked.
-var errNotConfirmedReplay = errors.New("not replayed: tick the confirmation first")
-
-// compensate compensates one failed run now, then shows it.
-func (d *Dashboard) compensate(w http.ResponseWriter, r *http.Request) {
-	act(d, w, r, "compensating", func(ctx context.Context, id string) (engine.Moved, error) { return d.eng.Compensate(ctx, id) })
-}
-
-// cancelRun cancels a run that has not ended, once the form's
-// confirmation is ticked, with its reason; the dashboard is who asked.
-func (d *Dashboard) cancelRun(w http.ResponseWriter, r *http.Request) {
-	act(d, w, r, "cancelled", func(ctx context.Context, id string) (engine.CancelledRun, error) {
-		if r.PostFormValue("confirm") == "" {
-			return engine.CancelledRun{}, errNotConfirmed
-		}
-		return d.eng.CancelRun(ctx, id, engine.CancelRequest{Reason: r.PostFormValue("reason"), Actor: "dashboard"})
-	})
-}
-
-// signal sends a waiting run the signal of its wait, with the form's JSON
-// payload.
-func (d *Dashboard) signal(w http.ResponseWriter, r *http.Request) {
-	act(d, w, r, "signalled", func(ctx context.Context, id string) (engine.SignalSent, error) {
-		payload := strings.TrimSpace(r.PostFormValue("payload"))
-		if !json.Valid([]byte(payload)) {
-			return engine.SignalSent{}, fmt.Errorf("%w: the payload is not JSON", engine.ErrInvalidPayload)
-		}
-		return d.eng.Signal(ctx, id, r.PostFormValue("signal"), json.RawMessage(payload))
-	})
-}
-
-// errNotConfirmed: a cancel form sent without its confirmation ticked.
-var errNotConfirmed = errors.New("not cancelled: tick the confirmation first")
-
-// act does what an action's form asks to run id, then shows the run: with
-// done's flash after a redirect, or the error and its status.
-func act[T any](d *Dashboard, w http.ResponseWriter, r *http.Request, done string, do func(context.Context, string) (T, error)) {
-	id := r.PathValue("id")
-	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.ActionTimeout)
-	defer cancel()
-	res, err := do(ctx, id)
-	if err == nil {
-		d.log.Info("dashboard: run "+done, "run_id", id, "result", fmt.Sprintf("%+v", res), "remote", r.RemoteAddr)
-		http.Redirect(w, r, "/runs/"+url.PathEscape(id)+"?done="+done, http.StatusSeeOther)
-		return
-	}
-	d.log.Warn("dashboard: run not "+done, "run_id", id, "error", err)
-	p, _, ok := d.runPage(w, r)
-	if !ok {
-		return
-	}
-	p.Error = err.Error()
-	d.showRun(w, r, actionStatus(err), p)
-}
-
-// actionStatus is the HTTP status of a replay or compensation that failed.
-func actionStatus(err error) int {
-	switch {
-	case errors.Is(err, engine.ErrNotReplayable), errors.Is(err, engine.ErrNotCompensable), errors.Is(err, engine.ErrRunEnded),
-		errors.Is(err, engine.ErrSignalTaken), errors.Is(err, engine.ErrSignalTimedOut):
-		return http.StatusConflict
-	case errors.Is(err, engine.ErrInvalidPayload), errors.Is(err, engine.ErrNoSuchWait), errors.Is(err, errNotConfirmed),
-		errors.Is(err, errNotConfirmedReplay), errors.Is(err, engine.ErrUnknownStep), errors.Is(err, engine.ErrBranchStep):
-		return http.StatusBadRequest
-	case errors.Is(err, engine.ErrStepNotReached), errors.Is(err, engine.ErrInputNotKept):
-		return http.StatusConflict
-	case errors.Is(err, engine.ErrMessageNotFound), errors.Is(err, engine.ErrUnknownFlow):
-		return http.StatusNotFound
-	default:
-		return http.StatusBadGateway
-	}
-}
-
 type failedPage struct {
 	Groups []group
 	// Total is the failed runs grouped; Capped says there may be more.
-	Total  int
+	Total  int64
 	Capped bool
 	Max    int
 	// Replaying is the address of the group replay running, if any.
 	Replaying string
+	// Flow and Window are the filters, Flows and Windows what the form
+	// offers.
+	Flow, Window string
+	Flows        []string
+	Windows      []struct{ Value, Label string }
 }
 
-// failed groups failed runs.
+// failed groups failed runs (see failedGroups), of the page's flow and
+// time window (the whole journal unless it asks).
 func (d *Dashboard) failed(w http.ResponseWriter, r *http.Request) {
-	runs, capped, err := d.failedRuns(r.Context())
+	rg, window, why, ok := d.rangeOf(r, "")
+	if !ok {
+		d.fail(w, r, http.StatusBadRequest, why)
+		return
+	}
+	groups, total, capped, err := d.failedGroups(r.Context(), rg)
 	if err != nil {
 		d.journalFailed(w, r, err)
 		return
 	}
-	p := failedPage{Groups: groupFailed(runs), Total: len(runs), Capped: capped, Max: d.cfg.MaxGroupReplay}
+	p := failedPage{Groups: groups, Total: total, Capped: capped, Max: d.cfg.MaxGroupReplay, Flow: rg.Flow, Window: window,
+		Flows: d.flowNames(), Windows: append([]struct{ Value, Label string }{{"", "any time"}}, chartWindows...)}
+	if p.Flow != "" && !slices.Contains(p.Flows, p.Flow) {
+		p.Flows = append(p.Flows, p.Flow)
+	}
 	if gr := d.replays.current(); gr != nil {
 		p.Replaying = "/failed/replay/" + url.PathEscape(gr.ID)
 	}
 	d.render(w, r, http.StatusOK, "failed", view{Nav: "failed", Title: "Failed runs", Page: p})
-}
-
-func (d *Dashboard) failedRuns(ctx context.Context) ([]journal.Run, bool, error) {
-	runs, err := d.journal.Runs(ctx, journal.Query{Statuses: []journal.Status{journal.Failed}, Limit: d.cfg.MaxFailed})
-	return runs, len(runs) == d.cfg.MaxFailed, err
 }
 
 type confirmPage struct {
@@ -465,27 +392,15 @@ type confirmPage struct {
 // sent to the one running.
 func (d *Dashboard) replayGroup(w http.ResponseWriter, r *http.Request) {
 	key := r.PostFormValue("group")
-	runs, _, err := d.failedRuns(r.Context())
+	g, take, err := d.findGroup(r.Context(), key)
 	if err != nil {
 		d.journalFailed(w, r, err)
 		return
-	}
-	var g *group
-	for _, c := range groupFailed(runs) {
-		if c.Key == key {
-			g = &c
-			break
-		}
 	}
 	if r.PostFormValue("confirm") == "" {
 		if g == nil {
 			d.fail(w, r, http.StatusNotFound, "That group has no failed runs any more.")
 			return
-		}
-		take := slices.Clone(g.Runs)
-		slices.Reverse(take)
-		if len(take) > d.cfg.MaxGroupReplay {
-			take = take[:d.cfg.MaxGroupReplay]
 		}
 		d.render(w, r, http.StatusOK, "confirm", view{Nav: "failed", Title: "Replay a group", Page: confirmPage{Group: *g, Runs: take}})
 		return

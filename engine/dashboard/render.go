@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/engine/timeline"
 )
@@ -114,7 +116,7 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, n
 	}
 	v.CSRF = d.csrfToken(w, r)
 	v.CanAct = d.canAct()
-	v.LoggedIn = d.cfg.Token != ""
+	v.LoggedIn = d.signedIn(r)
 	var buf bytes.Buffer
 	if err := d.pages[name].ExecuteTemplate(&buf, "layout", v); err != nil {
 		d.log.Error("dashboard page failed to render", "page", name, "error", err)
@@ -124,6 +126,20 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, n
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// redact is raw, a payload of a run of flow, with the flow's secret
+// fields masked (engine.Redact): by the secrets of the engine's flow, or
+// of Config.Secrets for a flow the dashboard has no engine for. A flow
+// known to neither is shown as it is: the dashboard cannot tell its
+// secrets.
+func (d *Dashboard) redact(flow string, raw json.RawMessage) json.RawMessage {
+	if d.eng != nil {
+		if fi, err := d.eng.Flow(flow); err == nil {
+			return fi.Redact(raw)
+		}
+	}
+	return engine.Redact(raw, d.cfg.Secrets[flow])
 }
 
 // fail answers status with a page saying msg.

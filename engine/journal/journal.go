@@ -129,6 +129,10 @@ type Run struct {
 	// start, for a run started again): engine.FlowInfo.Version; "" for a
 	// run started before flows had versions.
 	Version string `json:"version,omitempty"`
+	// BusinessKey is what its flow's dsl.Key gave on its input at its
+	// (latest) start: what runs list --key finds it by; "" when the flow
+	// names none.
+	BusinessKey string `json:"business_key,omitempty"`
 	// Error is why the run last failed or was retried ("" once it moved on).
 	Error     string     `json:"error"`
 	StartedAt time.Time  `json:"started_at"`
@@ -178,6 +182,9 @@ type Event struct {
 	// version of its flow it starts on.
 	Input   json.RawMessage `json:"-"`
 	Version string          `json:"-"`
+	// BusinessKey is, on a start event, the run's business key (Run's);
+	// it goes with the input.
+	BusinessKey string `json:"-"`
 	// DeadLetter is the queue holding the message of a failed run.
 	DeadLetter string `json:"-"`
 
@@ -194,6 +201,10 @@ type Event struct {
 	StepState string `json:"-"`
 	InputSize int    `json:"-"`
 }
+
+// MaxBusinessKey is the longest business key (Event.BusinessKey) a
+// journal keeps, in bytes.
+const MaxBusinessKey = 512
 
 // MaxStepInput is the most a journal keeps of a step's input, in bytes
 // (Event.StepInput and Event.StepState together): 64 KiB. A step that ran
@@ -284,6 +295,13 @@ type Query struct {
 	// Version, when set, keeps only runs started on that version of their
 	// flow.
 	Version string
+	// BusinessKey, when set, keeps only runs with that business key.
+	BusinessKey string
+	// IDPrefix, when set, keeps only runs whose id begins with it.
+	IDPrefix string
+	// Where, when set, keeps only runs it matches (Cond.Match): the part
+	// of a where expression a journal evaluates (see Find).
+	Where *Cond
 	// Order is the order of the answer, and so which runs Limit keeps
 	// (zero: NewestFirst).
 	Order Order
@@ -413,13 +431,16 @@ func (e Event) Validate() error {
 	if e.Attempt != int(int32(e.Attempt)) || e.Replays != int(int32(e.Replays)) {
 		return bad("attempt %d or replays %d beyond a 32-bit integer", e.Attempt, e.Replays)
 	}
+	if len(e.BusinessKey) > MaxBusinessKey {
+		return bad("business key of %d bytes, want at most %d", len(e.BusinessKey), MaxBusinessKey)
+	}
 	if e.InputSize < 0 || e.InputSize != int(int32(e.InputSize)) || len(e.StepInput)+len(e.StepState) > MaxStepInput {
 		return bad("step input of %d bytes (%d kept): want 0 or more, at most %d kept", e.InputSize, len(e.StepInput)+len(e.StepState), MaxStepInput)
 	}
 	for _, f := range [...]struct{ name, value string }{
 		{"run id", e.RunID}, {"flow", e.Flow}, {"key", e.Key}, {"kind", string(e.Kind)}, {"step", e.Step},
 		{"outcome", e.Outcome}, {"queue", e.Queue}, {"run step", e.RunStep}, {"dead letter", e.DeadLetter},
-		{"step state", e.StepState},
+		{"step state", e.StepState}, {"business key", e.BusinessKey},
 	} {
 		if !Text(f.value) {
 			return bad("%s %q is not UTF-8 text without NUL bytes", f.name, f.value)

@@ -113,7 +113,7 @@ func Apply(r *Run, e Event) {
 	if len(e.Input) > 0 && (len(r.Input) == 0 || e.Replays > r.InputReplays) {
 		// The first input of the latest replay: a run started again is
 		// known by what it was started with last.
-		r.Input, r.InputReplays, r.Version = e.Input, e.Replays, e.Version
+		r.Input, r.InputReplays, r.Version, r.BusinessKey = e.Input, e.Replays, e.Version, e.BusinessKey
 	}
 	if e.Status == "" || e.Seq < r.Seq {
 		return
@@ -233,6 +233,9 @@ func (m *Memory) Runs(_ context.Context, q Query) ([]Run, error) {
 			!q.Before.IsZero() && !run.StartedAt.Before(q.Before),
 			needle != "" && !strings.Contains(strings.ToLower(run.Error), needle),
 			q.Version != "" && run.Version != q.Version,
+			q.BusinessKey != "" && run.BusinessKey != q.BusinessKey,
+			q.IDPrefix != "" && !strings.HasPrefix(run.ID, q.IDPrefix),
+			q.Where != nil && !q.Where.Match(run),
 			byDue && run.DueAt == nil:
 			continue
 		}
@@ -267,7 +270,7 @@ func (m *Memory) RunsByIDPrefix(_ context.Context, prefix string, limit int) ([]
 }
 
 // limited is runs cut to limit (DefaultLimit when 0 or less).
-func limited(runs []Run, limit int) []Run {
+func limited[T any](runs []T, limit int) []T {
 	if limit <= 0 {
 		limit = DefaultLimit
 	}

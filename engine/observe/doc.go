@@ -8,7 +8,8 @@
 // OpenTelemetry Prometheus exporter, on a registry of its own (never the
 // global one), with the UnderscoreEscapingWithSuffixes translation strategy
 // spelled out: acemq.consume.total is served as acemq_consume_total, a
-// histogram in seconds gains _seconds, and a counter _total. Give its
+// histogram in seconds gains _seconds, and a counter _total; no series
+// carries otel_scope_* labels (the exporter's WithoutScopeInfo). Give its
 // MeterProvider to the broker connection and to the engine, and every
 // acemq.* and messaging.* instrument they record is served:
 //
@@ -17,6 +18,7 @@
 //	eng, err := engine.New(engine.Config{Conn: conn, MeterProvider: m.MeterProvider()})
 //	err = m.ObserveLadder(conn)  // acemq.schedule.* from conn.LadderStats
 //	err = m.ObserveFlows(eng)    // acemq.queue.depth of every flow queue, dead-letter queues included
+//	err = m.ObserveReadiness(observe.BrokerCheck(conn), gate.Check()) // acemq.worker.ready{check}
 //
 // A histogram is served with the buckets its instrument asked for: the
 // broker's (acemq.consume.duration, messaging.process.duration, ...) with

@@ -16,7 +16,9 @@ const dashboardFile = "../../docs/grafana/acemq-flow.json"
 
 // TestGrafanaDashboardUsesServedMetrics: every metric the dashboard's
 // queries and variables name is one a worker serves after a flow ran, and
-// every label a query selects on or groups by is one those metrics carry.
+// every label a query selects on or groups by is one those metrics carry
+// (or one Prometheus adds to the target); the step failures are shown by
+// error type.
 func TestGrafanaDashboardUsesServedMetrics(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(dashboardFile)
@@ -77,15 +79,18 @@ func TestGrafanaDashboardUsesServedMetrics(t *testing.T) {
 			}
 		}
 		for _, l := range grouped {
-			require.True(t, labels[l] || l == "le", "query %q groups by %q, which none of its metrics carries", e, l)
+			require.True(t, labels[l] || l == "le" || targetLabels[l], "query %q groups by %q, which none of its metrics carries", e, l)
 		}
 	}
 	for _, n := range []string{
 		"acemq_pipeline_run_total", "acemq_flow_runs_started_total", "acemq_flow_step_duration_seconds_bucket",
 		"acemq_flow_steps_active", "acemq_queue_depth", "acemq_schedule_delivered_total", "acemq_schedule_backlog",
+		"messaging_client_operation_duration_seconds_bucket", "acemq_worker_ready",
 	} {
 		require.True(t, used[n], "the dashboard shows %s", n)
 	}
+	require.True(t, slices.ContainsFunc(exprs, func(e string) bool { return strings.Contains(e, "error_type") }),
+		"the dashboard shows step failures by error type")
 }
 
 // servedLabels reads the exposition: every sample name, with the labels

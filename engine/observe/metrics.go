@@ -63,6 +63,8 @@ type Metrics struct {
 
 	ladderOnce sync.Once
 	ladderErr  error
+	readyOnce  sync.Once
+	readyErr   error
 	mu         sync.Mutex
 	ladders    []*broker.Conn
 }
@@ -76,6 +78,10 @@ func NewMetrics(cfg MetricsConfig) (*Metrics, error) {
 	exp, err := otelprom.New(
 		otelprom.WithRegisterer(reg),
 		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
+		// No otel_scope_name, otel_scope_version (and otel_scope_*
+		// attribute) labels on every series: the metric names say
+		// whose they are, and the labels would be noise in every query.
+		otelprom.WithoutScopeInfo(),
 		// A histogram whose instrument chose no buckets gets the engine's
 		// (the SDK's default ones are for milliseconds); one that chose
 		// its own keeps them: the broker's messaging.* and acemq.*
@@ -210,6 +216,59 @@ func (m *Metrics) registerLadder() error {
 	}, scheduled, delivered, hops, malformed, backlog)
 	if err != nil {
 		return fmt.Errorf("observe: ladder callback: %w", err)
+	}
+	return nil
+}
+
+// ObserveReadiness serves, on every scrape, the gauge acemq.worker.ready
+// labelled check: 1 while the check (broker, worker, database: what
+// /readyz runs) holds, 0 while it fails. The checks run at scrape time,
+// all of them within DefaultCheckTimeout. A worker whose
+// min(acemq_worker_ready) is 0 for minutes is not doing its work (the
+// alert "worker not ready", docs/prometheus/alerts.yml). Call it once
+// per Metrics; it refuses a second call and a check without a name or a
+// function.
+func (m *Metrics) ObserveReadiness(checks ...Check) error {
+	for i, c := range checks {
+		if c.Name == "" || c.Run == nil {
+			return fmt.Errorf("observe: ObserveReadiness: check %d (%q) needs a name and a function", i, c.Name)
+		}
+	}
+	called := true
+	m.readyOnce.Do(func() {
+		called = false
+		m.readyErr = m.registerReadiness(checks)
+	})
+	if called {
+		return errors.New("observe: ObserveReadiness: called twice")
+	}
+	return m.readyErr
+}
+
+func (m *Metrics) registerReadiness(checks []Check) error {
+	ready, err := m.meter.Int64ObservableGauge("acemq.worker.ready",
+		metric.WithDescription("Whether a readiness check of this worker holds (1) or fails (0), by check (broker, worker, database): what /readyz answers."))
+	if err != nil {
+		return fmt.Errorf("observe: readiness instrument: %w", err)
+	}
+	attrs := make([]metric.ObserveOption, len(checks))
+	for i, c := range checks {
+		attrs[i] = metric.WithAttributes(attribute.String("check", c.Name))
+	}
+	_, err = m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, DefaultCheckTimeout)
+		defer cancel()
+		for i, c := range checks {
+			v := int64(1)
+			if c.Run(ctx) != nil || ctx.Err() != nil {
+				v = 0
+			}
+			o.ObserveInt64(ready, v, attrs[i])
+		}
+		return nil
+	}, ready)
+	if err != nil {
+		return fmt.Errorf("observe: readiness callback: %w", err)
 	}
 	return nil
 }

@@ -75,6 +75,9 @@ func runFlow(t *testing.T) scraped {
 	t.Cleanup(func() { require.NoError(t, w.Close(context.Background())) })
 	require.NoError(t, m.ObserveLadder(conn))
 	require.NoError(t, m.ObserveFlows(eng))
+	var gate observe.WorkerGate
+	gate.Set(w)
+	require.NoError(t, m.ObserveReadiness(observe.BrokerCheck(conn), gate.Check()))
 
 	ok, err := eng.Start(ctx, name, order{ID: "o-1"})
 	require.NoError(t, err)
@@ -141,6 +144,27 @@ func (s scraped) sample(t *testing.T, name string, want map[string]string) *dto.
 	return found[0]
 }
 
+// bounds are a histogram's finite bucket bounds.
+func bounds(m *dto.Metric) []float64 {
+	var got []float64
+	for _, b := range m.GetHistogram().GetBucket() {
+		if !math.IsInf(b.GetUpperBound(), 1) {
+			got = append(got, b.GetUpperBound())
+		}
+	}
+	return got
+}
+
+// label is the value of m's label name, "" when it has none.
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
 // TestMetricsServedAfterAFlowRan: the engine's, the core's and the
 // ladder's instruments are served under their Prometheus names with their
 // labels; the engine's duration histograms have engine.DurationBuckets,
@@ -196,17 +220,30 @@ func TestMetricsServedAfterAFlowRan(t *testing.T) {
 	require.Contains(t, s.families, "go_goroutines")
 	require.NotContains(t, s.body, "run_id")
 
+	// No otel_scope_* labels on any series.
+	require.NotContains(t, s.body, "otel_scope_")
+
+	// A step's failure says its error type; a success has none.
+	failed := s.sample(t, "acemq_flow_step_duration_seconds", map[string]string{"flow": s.flow, "step": "ship", "outcome": "failed"})
+	require.Equal(t, uint64(1), failed.GetHistogram().GetSampleCount())
+	require.Equal(t, engine.ErrorTypeFatal, label(failed, "error_type"))
+	require.Empty(t, label(step, "error_type"), "a step that completed has no error type")
+
+	// Publish latency, the messaging conventions' histogram, per exchange.
+	pub := s.sample(t, "messaging_client_operation_duration_seconds", map[string]string{
+		"messaging_system": "rabbitmq", "messaging_operation_name": "publish", "messaging_destination_name": s.flow,
+	})
+	require.Positive(t, pub.GetHistogram().GetSampleCount())
+	require.Equal(t, broker.DurationBuckets(), bounds(pub))
+	require.Empty(t, label(pub, "error_type"))
+
+	// Readiness, per check.
+	for _, check := range []string{"broker", "worker"} {
+		require.Equal(t, 1.0, s.sample(t, "acemq_worker_ready", map[string]string{"check": check}).GetGauge().GetValue(), check)
+	}
+
 	// The engine's histograms start at 100 µs; the broker's keep the
 	// messaging conventions' buckets.
-	bounds := func(m *dto.Metric) []float64 {
-		var got []float64
-		for _, b := range m.GetHistogram().GetBucket() {
-			if !math.IsInf(b.GetUpperBound(), 1) {
-				got = append(got, b.GetUpperBound())
-			}
-		}
-		return got
-	}
 	for _, m := range []*dto.Metric{step, s.sample(t, "acemq_pipeline_run_duration_seconds", map[string]string{"pipeline": s.flow})} {
 		require.Equal(t, engine.DurationBuckets(), bounds(m))
 		require.Equal(t, 0.0001, bounds(m)[0])

@@ -20,7 +20,7 @@ func (a *app) cancelCommand() *cobra.Command {
 	var (
 		bf     brokerFlags
 		output outputFormat
-		reason string
+		by     actionFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "cancel <run-id> [--reason ...]",
@@ -49,7 +49,7 @@ func (a *app) cancelCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("cancel: %w", err)
 			}
-			c, err := s.eng.CancelRun(cmd.Context(), id, engine.CancelRequest{Reason: reason, Actor: osUser()})
+			c, err := s.eng.CancelRun(cmd.Context(), id, engine.CancelRequest{Reason: by.reason, Actor: by.who()})
 			if err != nil {
 				return err
 			}
@@ -66,8 +66,32 @@ func (a *app) cancelCommand() *cobra.Command {
 	}
 	bf.add(cmd)
 	addOutputFlag(cmd, &output)
-	cmd.Flags().StringVar(&reason, "reason", "", "why the run is cancelled, kept in its timeline")
+	by.add(cmd, "why the run is cancelled, kept in its timeline")
 	return cmd
+}
+
+// actionFlags are --actor and --reason of a command that acts on a run
+// (replay, compensate, cancel, signal, start): who asks and why, kept in
+// the run's timeline.
+type actionFlags struct{ actor, reason string }
+
+// add adds the flags to cmd, --reason saying reason.
+func (f *actionFlags) add(cmd *cobra.Command, reason string) {
+	cmd.Flags().StringVar(&f.reason, "reason", "", reason)
+	cmd.Flags().StringVar(&f.actor, "actor", "", "who asks, kept in the run's timeline (default: the OS user)")
+}
+
+// who is the actor: --actor, else the OS user.
+func (f actionFlags) who() string {
+	if a := strings.TrimSpace(f.actor); a != "" {
+		return a
+	}
+	return osUser()
+}
+
+// action is the engine.Action of the flags.
+func (f actionFlags) action() engine.Action {
+	return engine.Action{Actor: f.who(), Reason: strings.TrimSpace(f.reason)}
 }
 
 // osUser is who runs the command, for the record of what it did: the OS

@@ -6,7 +6,8 @@
 //
 // The connection and global flags have an environment fallback, ACEMQ_
 // followed by the flag's name in upper case with dashes as underscores
-// (--url is ACEMQ_URL): --url, --database-url, --ladder, --log-level, the
+// (--url is ACEMQ_URL): --url, --database-url, --ladder, --log-level,
+// --log-format, the
 // --broker-* TLS files and topology apply's --management-url, and
 // dashboard's --token (ACEMQ_DASHBOARD_TOKEN); a flag given on the command
 // line wins. Every other flag (--limit,
@@ -75,7 +76,7 @@ const envPrefix = "ACEMQ_"
 // command with a flag of that name. A flag of one command may have a
 // fallback of its own, or none although it is named like one of these,
 // through envAnnotation.
-var envFlags = []string{"url", "database-url", "ladder", "log-level",
+var envFlags = []string{"url", "database-url", "ladder", "log-level", "log-format",
 	"broker-ca-file", "broker-cert-file", "broker-key-file", "broker-server-name", "management-url"}
 
 // lookupEnv reads one environment variable; os.LookupEnv outside tests.
@@ -159,6 +160,9 @@ type app struct {
 	// info by default, does not override a choice.
 	logLevel    slog.Level
 	logLevelSet bool
+	// logFormat is --log-format: text (slog's key=value lines) or json
+	// (one JSON object a line).
+	logFormat logFormat
 	// databaseURL is --database-url: PostgreSQL for the run journal and the
 	// idempotency store ("" = in memory).
 	databaseURL string
@@ -181,6 +185,7 @@ func newRoot(name string, env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 		Long: name + " runs pipelines and sagas on RabbitMQ, on the AceMQ wire contract.\n\n" +
 			"The connection and global flags can also be set from the environment: --url (ACEMQ_URL),\n" +
 			"--database-url (ACEMQ_DATABASE_URL), --ladder (ACEMQ_LADDER), --log-level (ACEMQ_LOG_LEVEL),\n" +
+			"--log-format (ACEMQ_LOG_FORMAT),\n" +
 			"--broker-ca-file, --broker-cert-file, --broker-key-file and --broker-server-name\n" +
 			"(ACEMQ_BROKER_CA_FILE, ACEMQ_BROKER_CERT_FILE, ACEMQ_BROKER_KEY_FILE, ACEMQ_BROKER_SERVER_NAME),\n" +
 			"topology apply's --management-url (ACEMQ_MANAGEMENT_URL) and dashboard's --token\n" +
@@ -191,12 +196,14 @@ func newRoot(name string, env lookupEnv, flows []*dsl.FlowDef) *cobra.Command {
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return a.applyEnv(cmd) },
 	}
 	root.PersistentFlags().Var(levelFlag{level: &a.logLevel, set: &a.logLevelSet}, "log-level", "least severe log level written to stderr: debug, info, warn or error (worker: info unless given)")
+	root.PersistentFlags().Var(&a.logFormat, "log-format", "how log lines written to stderr look: text (key=value) or json (one JSON object a line)")
 	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL for the run journal and the idempotency store, shared by every worker (default: in this process's memory)")
 	a.brokerTLS.add(root.PersistentFlags())
 	root.AddCommand(a.versionCommand(), a.topologyCommand(), a.demoCommand(),
 		a.migrateCommand(), a.workerCommand(), a.flowsCommand(), a.startCommand(), a.runsCommand(),
 		a.replayCommand(), a.compensateCommand(), a.scheduleCommand(), a.signalCommand(), a.cancelCommand(), a.dashboardCommand(), a.devCommand(), a.topCommand(), a.benchCommand())
 	documentEnv(root)
+	a.registerCompletions(root)
 	return root
 }
 
@@ -270,9 +277,14 @@ func documentEnv(root *cobra.Command) {
 	walk(root)
 }
 
-// logger writes the library's logs to the command's stderr.
+// logger writes the library's logs to the command's stderr, as text or
+// JSON lines (--log-format).
 func (a *app) logger(cmd *cobra.Command) *slog.Logger {
-	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: a.logLevel}))
+	opts := &slog.HandlerOptions{Level: a.logLevel}
+	if a.logFormat == logJSON {
+		return slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts))
+	}
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts))
 }
 
 // open connects to url. It refuses an empty url with ErrNoBroker, naming
@@ -378,3 +390,33 @@ func (l levelFlag) Set(s string) error {
 }
 
 func (l levelFlag) Type() string { return "level" }
+
+// logFormat is the value of --log-format; the zero value is text.
+type logFormat string
+
+// The formats --log-format takes.
+const (
+	logText logFormat = ""
+	logJSON logFormat = "json"
+)
+
+func (f *logFormat) String() string {
+	if *f == logText {
+		return "text"
+	}
+	return string(*f)
+}
+
+func (f *logFormat) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "text":
+		*f = logText
+	case "json":
+		*f = logJSON
+	default:
+		return fmt.Errorf("unknown log format %q, want text or json", s)
+	}
+	return nil
+}
+
+func (f *logFormat) Type() string { return "format" }

@@ -41,11 +41,12 @@ const (
 
 func (a *app) dashboardCommand() *cobra.Command {
 	var (
-		bf       brokerFlags
-		addr     string
-		token    string
-		hosts    []string
-		readOnly bool
+		bf        brokerFlags
+		addr      string
+		token     string
+		tokenName string
+		hosts     []string
+		readOnly  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -67,7 +68,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 				return err
 			}
 			defer ln.Close() // if never served: Serve closes it
-			cfg := dashboard.Config{Token: token, Hosts: hosts, ReadOnly: readOnly, Logger: a.logger(cmd)}
+			cfg := dashboard.Config{Token: token, TokenName: tokenName, Hosts: hosts, ReadOnly: readOnly, Logger: a.logger(cmd), Secrets: a.flowSecrets()}
 			if len(a.flows) == 0 || bf.url == "" {
 				if len(a.flows) == 0 {
 					fmt.Fprintln(cmd.ErrOrStderr(), noFlowsDashboard)
@@ -101,6 +102,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 	addDashboardAddrFlag(cmd, &addr)
 	cmd.Flags().StringVar(&token, "token", "", "require this token on every page: typed into the login form, or sent as Authorization: Bearer <token> (default: none)")
 	setFlagEnv(cmd.Flags(), "token", dashboardTokenEnv)
+	cmd.Flags().StringVar(&tokenName, "token-name", "", "who holds the token: the actor the run's timeline records for what is done from the dashboard (default: dashboard)")
 	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "without a token, the host names the dashboard answers to besides IP addresses and localhost (it refuses others, against DNS rebinding)")
 	cmd.Flags().BoolVar(&readOnly, "read-only", false, "hide and refuse replay and compensate")
 	return cmd

@@ -44,6 +44,11 @@ func (a *app) devCommand() *cobra.Command {
 			"forgotten when it stops (SIGINT or SIGTERM). --database-url is not used.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			if !a.logLevelSet {
+				// Its example runs fail on purpose: the dashboard shows
+				// them, not WARN lines about each.
+				a.logLevel = slog.LevelError
+			}
 			if len(a.flows) == 0 {
 				return fmt.Errorf("dev: %w", ErrNoFlows)
 			}

@@ -17,7 +17,7 @@ import (
 // settings of every command (log level), and the dashboard's token, a
 // secret better kept off the command line. Every other flag is per call.
 var envFallbacks = map[string]string{
-	"url": "ACEMQ_URL", "database-url": "ACEMQ_DATABASE_URL", "ladder": "ACEMQ_LADDER", "log-level": "ACEMQ_LOG_LEVEL",
+	"url": "ACEMQ_URL", "database-url": "ACEMQ_DATABASE_URL", "ladder": "ACEMQ_LADDER", "log-level": "ACEMQ_LOG_LEVEL", "log-format": "ACEMQ_LOG_FORMAT",
 	"broker-ca-file": "ACEMQ_BROKER_CA_FILE", "broker-cert-file": "ACEMQ_BROKER_CERT_FILE",
 	"broker-key-file": "ACEMQ_BROKER_KEY_FILE", "broker-server-name": "ACEMQ_BROKER_SERVER_NAME",
 	"management-url": "ACEMQ_MANAGEMENT_URL", "token": "ACEMQ_DASHBOARD_TOKEN",

@@ -389,7 +389,8 @@ func TestOperatorCommandsOnRabbitMQAndPostgreSQL(t *testing.T) {
 	require.Equal(t, fx.flow("orders"), done.Flow)
 	require.Equal(t, "ship", done.Step)
 	require.NotNil(t, done.EndedAt)
-	require.Equal(t, []string{"start::started", "step:validate:completed", "step:charge:completed", "step:ship:completed"}, done.outcomes())
+	require.Equal(t, []string{"start::started by " + osUser(), "step:validate:completed", "step:charge:completed", "step:ship:completed"}, done.outcomes(),
+		"the timeline says who started it: the OS user")
 	for _, s := range done.Steps[1:] {
 		require.Equal(t, 1, s.Attempt)
 		require.Equal(t, fx.flow("orders")+"."+s.Step, s.Queue)
@@ -471,7 +472,7 @@ func TestOperatorCommandsOnRabbitMQAndPostgreSQL(t *testing.T) {
 	replayed := fx.waitStatus(failing, journal.Completed, 15*time.Second)
 	require.Equal(t, 1, replayed.Replays)
 	require.Empty(t, replayed.Error)
-	require.Equal(t, []string{"start::started", "step:validate:completed", "step:charge:failed", "replay:charge:replayed",
+	require.Equal(t, []string{"start::started by " + osUser(), "step:validate:completed", "step:charge:failed", "replay:charge:replayed by " + osUser(),
 		"step:charge:completed", "step:ship:completed"}, replayed.outcomes())
 
 	// A run held for replay, compensated by hand instead.

@@ -83,6 +83,9 @@ func (o *observer) run(ctx context.Context, s *session, fn func(started func(*en
 			return nil
 		}})
 	}
+	if err := o.metrics.ObserveReadiness(checks...); err != nil {
+		return err
+	}
 	srv, err := observe.NewServer(observe.ServerConfig{Metrics: o.metrics, Checks: checks})
 	if err != nil {
 		return err

@@ -33,10 +33,10 @@ func (a *app) replayCommand() *cobra.Command {
 			"is compensated first; the compensations owed for the steps before STEP are carried on (none\n" +
 			"for a compensated run); a failed run's given-up message leaves its dead-letter queue. With\n" +
 			"the bulk flags, --status takes completed, ended, failed or compensated (comma-separated).\n" +
-			"--reason is recorded in the run's timeline.\n\n" + runIDHelp,
+			"--reason is recorded in the run's timeline, with who asked (--actor, default the OS user).\n\n" + runIDHelp,
 		verb: "replayed",
 		from: true,
-		move: (*engine.Engine).Replay,
+		move: (*engine.Engine).ReplayWith,
 		bulk: a.bulkReplay,
 	})
 	return cmd
@@ -49,9 +49,10 @@ func (a *app) compensateCommand() *cobra.Command {
 		long: "Take a failed run's given-up message from its step's dead-letter queue to the flow's\n" +
 			"compensate queue, where a worker undoes the steps the run completed, newest first. A run\n" +
 			"held for replay is compensated now rather than when its hold ends. A run that is not\n" +
-			"failed is refused.\n\n" + runIDHelp,
+			"failed is refused. --reason is recorded in the run's timeline, with who asked (--actor,\n" +
+			"default the OS user).\n\n" + runIDHelp,
 		verb: "sent to be compensated",
-		move: (*engine.Engine).Compensate,
+		move: (*engine.Engine).CompensateWith,
 	})
 }
 
@@ -61,11 +62,11 @@ type moveSpec struct {
 	use, short, long string
 	// verb says what happened to the run, for people.
 	verb string
-	move func(*engine.Engine, context.Context, string) (engine.Moved, error)
+	move func(*engine.Engine, context.Context, string, engine.Action) (engine.Moved, error)
 	// bulk, when set, adds the flags of a move of many runs, used when no
 	// run id is given.
 	bulk func(cmd *cobra.Command, s *session, f bulkFlags, output outputFormat) error
-	// from adds --from and --reason: a replay from a step (ReplayFrom).
+	// from adds --from: a replay from a step (ReplayFrom).
 	from bool
 }
 
@@ -75,6 +76,7 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 		output outputFormat
 		many   bulkFlags
 		from   fromFlags
+		by     actionFlags
 	)
 	name, _, _ := strings.Cut(spec.use, " ")
 	args := cobra.ExactArgs(1)
@@ -99,7 +101,7 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 					return err
 				}
 				defer s.close(cmd.Context(), &err)
-				many.from, many.reason = from.step, from.reason
+				many.from, many.reason = from.step, by.reason
 				return spec.bulk(cmd, s, many, output)
 			}
 			if from.step == "" && cmd.Flags().Changed("from") {
@@ -118,9 +120,9 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			if from.step != "" {
-				return replayFrom(cmd, s, id, from, output)
+				return replayFrom(cmd, s, id, from.step, by, output)
 			}
-			moved, err := spec.move(s.eng, cmd.Context(), id)
+			moved, err := spec.move(s.eng, cmd.Context(), id, by.action())
 			if len(moved.Searched) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "run %s is not in the run journal: looked for it by x-acemq-run-id in %s\n",
 					id, strings.Join(moved.Searched, ", "))
@@ -143,18 +145,19 @@ func (a *app) moveCommand(spec moveSpec) *cobra.Command {
 	}
 	if spec.from {
 		cmd.Flags().StringVar(&from.step, "from", "", "re-run the run from this step, on the input it had there, on the flow's current version")
-		cmd.Flags().StringVar(&from.reason, "reason", "", "with --from: why, recorded in the run's timeline")
 	}
+	by.add(cmd, "why, recorded in the run's timeline")
 	return cmd
 }
 
-// fromFlags are a replay's --from and --reason.
-type fromFlags struct{ step, reason string }
+// fromFlags are a replay's --from.
+type fromFlags struct{ step string }
 
-// replayFrom re-runs run id from f.step and says what it did: a table, or
-// one JSON document.
-func replayFrom(cmd *cobra.Command, s *session, id string, f fromFlags, output outputFormat) error {
-	res, err := s.eng.ReplayFrom(cmd.Context(), id, engine.ReplayFromRequest{Step: f.step, Reason: f.reason, Actor: "acemq-flow replay"})
+// replayFrom re-runs run id from step and says what it did: a table, or
+// one JSON document; by says who asked and why.
+func replayFrom(cmd *cobra.Command, s *session, id, step string, by actionFlags, output outputFormat) error {
+	a := by.action()
+	res, err := s.eng.ReplayFrom(cmd.Context(), id, engine.ReplayFromRequest{Step: step, Reason: a.Reason, Actor: a.Actor})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}

@@ -28,7 +28,7 @@ func TestReplayFrom(t *testing.T) {
 	fx.waitStatus(done, journal.Completed, 20*time.Second)
 
 	var res engine.ReplayedFrom
-	fx.runJSON(&res, "replay", done, "--from", "charge", "--reason", "charged twice?", "-o", "json")
+	fx.runJSON(&res, "replay", done, "--from", "charge", "--reason", "charged twice?", "--actor", "acemq-flow replay", "-o", "json")
 	require.Equal(t, done, res.RunID)
 	require.Equal(t, journal.Completed, res.Was)
 	require.Equal(t, "charge", res.Step)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/engine/timeline"
 )
@@ -29,7 +30,7 @@ func (a *app) runsCommand() *cobra.Command {
 			"without one, runs are kept only in the memory of the worker that ran them, and these\n" +
 			"commands refuse, since they could see none.",
 	}
-	cmd.AddCommand(a.runsListCommand(), a.runsShowCommand())
+	cmd.AddCommand(a.runsListCommand(), a.runsShowCommand(), a.runsExportCommand())
 	return cmd
 }
 
@@ -42,6 +43,11 @@ func (a *app) runsListCommand() *cobra.Command {
 		limit    int
 		errText  string
 		version  string
+		reveal   bool
+		where    string
+		key      string
+		idPrefix string
+		until    sinceFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -52,20 +58,33 @@ func (a *app) runsListCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("runs list: %w", err)
 			}
-			q.Version = version
+			q.Version, q.BusinessKey, q.IDPrefix, q.Before = version, key, idPrefix, until.since(time.Now())
+			var w *journal.Where
+			if where != "" {
+				if w, err = journal.ParseWhere(where); err != nil {
+					return fmt.Errorf("runs list: --where: %w", err)
+				}
+			}
 			j, done, err := a.openRunsJournal(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			runs, err := j.Runs(cmd.Context(), q)
+			found, err := journal.Find(cmd.Context(), j, q, w)
 			if err != nil {
 				return fmt.Errorf("runs list: %w", hintMigrate(a.name, err))
+			}
+			runs := found.Runs
+			if found.Partial {
+				fmt.Fprintf(cmd.ErrOrStderr(), "read the newest %d runs the journal selected and matched the rest of --where on them: older runs may match too (narrow --flow, --since or --until)\n", found.Scanned)
 			}
 			if runs == nil {
 				runs = []journal.Run{}
 			}
 			if output == outputJSON {
+				if !reveal {
+					runs = a.redactRuns(runs)
+				}
 				return writeJSON(cmd.OutOrStdout(), runs)
 			}
 			if len(runs) == 0 {
@@ -82,6 +101,11 @@ func (a *app) runsListCommand() *cobra.Command {
 	cmd.Flags().IntVar(&limit, "limit", journal.DefaultLimit, "at most this many runs")
 	cmd.Flags().StringVar(&errText, "error", "", "only runs whose error contains this text (case insensitive)")
 	cmd.Flags().StringVar(&version, "version", "", "only runs started on this version of their flow (flows list shows each flow's)")
+	cmd.Flags().StringVar(&where, "where", "", `only runs this expr-lang condition holds for, over payload (the input as JSON), flow, status, key, id and started_at: 'payload.customer == "Ada" && status == "failed"'`)
+	cmd.Flags().StringVar(&key, "key", "", "only runs with this business key (the flow's dsl.Key)")
+	cmd.Flags().StringVar(&idPrefix, "id-prefix", "", "only runs whose id begins with this")
+	cmd.Flags().Var(&until, "until", "only runs started before this long ago (1h), or before a time (RFC 3339)")
+	addRevealFlag(cmd, &reveal)
 	return cmd
 }
 
@@ -150,6 +174,7 @@ func (a *app) runsShowCommand() *cobra.Command {
 		output   outputFormat
 		branches string
 		only     []string
+		reveal   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "show <run-id>",
@@ -177,6 +202,9 @@ func (a *app) runsShowCommand() *cobra.Command {
 			run, err := journal.Resolve(cmd.Context(), j, args[0])
 			if err != nil {
 				return fmt.Errorf("runs show: %w", hintMigrate(a.name, err))
+			}
+			if !reveal {
+				run = a.redactRuns([]journal.Run{run})[0]
 			}
 			if output == outputJSON {
 				// "steps" is the whole timeline.
@@ -208,6 +236,7 @@ func (a *app) runsShowCommand() *cobra.Command {
 	addOutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&branches, "branches", branchesSome, "which branches of a fork to show: some (a few of a large fork, and those given up), all, failed (given up or stopped), none")
 	cmd.Flags().StringSliceVar(&only, "branch", nil, "show only these branches: an index (57), a range (100-199), either for one fork (each:57); repeat or comma-separate")
+	addRevealFlag(cmd, &reveal)
 	return cmd
 }
 
@@ -410,3 +439,35 @@ func (f *sinceFlag) Set(s string) error {
 }
 
 func (f *sinceFlag) Type() string { return "duration|time" }
+
+// addRevealFlag registers --reveal on cmd: payloads as the journal keeps
+// them, their secret fields unmasked.
+func addRevealFlag(cmd *cobra.Command, reveal *bool) {
+	cmd.Flags().BoolVar(reveal, "reveal", false, "show the secret fields of payloads (the flows' dsl.Secret paths and fields tagged acemq:\"secret\") as the journal keeps them, in text and json output, instead of masked")
+}
+
+// redactRuns is runs with the secret fields of their inputs masked
+// (engine.Redact), by the secrets of this binary's flows; a run of a flow
+// the binary lacks is shown as it is, its secrets unknown here. The runs
+// given are not changed.
+func (a *app) redactRuns(runs []journal.Run) []journal.Run {
+	secrets := a.flowSecrets()
+	out := make([]journal.Run, len(runs))
+	for i, r := range runs {
+		r.Input = engine.Redact(r.Input, secrets[r.Flow])
+		out[i] = r
+	}
+	return out
+}
+
+// flowSecrets are the secret paths of the binary's flows that were
+// built, by flow name (engine.Secrets).
+func (a *app) flowSecrets() map[string][]string {
+	secrets := map[string][]string{}
+	for _, f := range a.flows {
+		if f != nil && f.Err() == nil {
+			secrets[f.Name()] = engine.Secrets(f)
+		}
+	}
+	return secrets
+}

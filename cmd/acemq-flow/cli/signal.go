@@ -16,6 +16,7 @@ func (a *app) signalCommand() *cobra.Command {
 		bf      brokerFlags
 		output  outputFormat
 		payload string
+		by      actionFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "signal <run-id> <name> --payload '<json>'",
@@ -47,7 +48,7 @@ func (a *app) signalCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("signal: %w", err)
 			}
-			sent, err := s.eng.Signal(cmd.Context(), id, args[1], body)
+			sent, err := s.eng.SignalWith(cmd.Context(), id, args[1], body, by.action())
 			if err != nil {
 				return err
 			}
@@ -65,5 +66,6 @@ func (a *app) signalCommand() *cobra.Command {
 	bf.add(cmd)
 	addOutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&payload, "payload", "", "the signal's payload as JSON, or - to read it from stdin")
+	by.add(cmd, "why the signal is sent, kept in the run's timeline")
 	return cmd
 }

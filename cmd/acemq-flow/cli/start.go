@@ -24,6 +24,7 @@ func (a *app) startCommand() *cobra.Command {
 		again   bool
 		in      time.Duration
 		at      timeFlag
+		by      actionFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "start <flow> --payload '<json>'",
@@ -50,6 +51,7 @@ func (a *app) startCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("start %s: %w", flow, err)
 			}
+			opts = append(opts, engine.StartedBy(by.action()))
 			body, err := readPayload(payload, cmd.InOrStdin())
 			if err != nil {
 				return fmt.Errorf("start %s: %w%s", flow, err, exampleHint(fi))
@@ -94,6 +96,7 @@ func (a *app) startCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&again, "again", false, "with --run-id: start a run that has finished again, every step anew")
 	cmd.Flags().DurationVar(&in, "in", 0, "start the run after this long (30m, 2h) instead of now")
 	cmd.Flags().Var(&at, "at", "start the run at this time (RFC 3339: 2026-12-24T09:00:00Z) instead of now")
+	by.add(cmd, "why the run is started, kept in its timeline (with who: --actor, default the OS user)")
 	return cmd
 }
 

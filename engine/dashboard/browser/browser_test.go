@@ -225,6 +225,10 @@ func TestInABrowser(t *testing.T) {
 		require.Contains(t, failedRow, "card 4242 declined for order 17")
 		screenshot(t, ctx, "dashboard-run")
 
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("replay"))))
+		require.False(t, eval[bool](t, ctx, `document.getElementById("replay-form").checkValidity()`), "the confirmation is not ticked")
+		require.Equal(t, journal.Failed, fx.Wait(declined, journal.Failed).Status, "nothing was sent")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("replay-confirm"))))
 		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("replay")))
 		require.NoError(t, err)
 		require.Equal(t, int64(http.StatusOK), resp.Status)
@@ -235,7 +239,7 @@ func TestInABrowser(t *testing.T) {
 		require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+declined))
 		require.Equal(t, "completed", text(t, ctx, "status"))
 		kinds := eval[[]string](t, ctx, `[...document.querySelectorAll("#timeline tr[data-kind]")].map(r => r.dataset.kind + ":" + r.dataset.outcome)`)
-		require.Contains(t, kinds, "replay:replayed")
+		require.Contains(t, kinds, "replay:replayed by dashboard")
 		require.Equal(t, "step:completed", kinds[len(kinds)-1])
 	})
 
@@ -394,6 +398,13 @@ func TestInABrowserSignalAndCancel(t *testing.T) {
 	require.Equal(t, "waiting", text(t, ctx, "status"))
 	require.Contains(t, text(t, ctx, "waiting"), "Waiting for the signal approval until")
 	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("signal-payload"), `{"by":"ada"}`)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("signal"))))
+	require.False(t, eval[bool](t, ctx, `document.getElementById("signal-form").checkValidity()`), "the confirmation is not ticked")
+	require.Equal(t, journal.Waiting, fx.Wait(waiting, journal.Waiting).Status, "nothing was sent")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("signal-reason"), "approved"),
+		chromedp.Click(chromedp.ID("signal-confirm")),
+	))
 	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("signal")))
 	require.NoError(t, err)
 	require.Equal(t, int64(http.StatusOK), resp.Status)
@@ -456,4 +467,58 @@ func TestInABrowserReplayFrom(t *testing.T) {
 	require.Contains(t, kinds, "replay:replayed from charge by dashboard: charged twice?")
 	require.Equal(t, "step:completed", kinds[len(kinds)-1])
 	screenshot(t, ctx, "dashboard-replay-from")
+}
+
+// TestInABrowserCompensateAndStart: Compensate does nothing until its
+// confirmation is ticked, then sends the run to be compensated, the
+// timeline saying who asked (the token's name) and why; a flow's page
+// offers a start form prefilled with an editable payload, which starts a
+// run once confirmed, recorded likewise.
+func TestInABrowserCompensateAndStart(t *testing.T) {
+	t.Parallel()
+	fx := dashboardtest.New(t, dashboard.Config{TokenName: "ops-ada"})
+	ctx := browser(t)
+	opened := dialogs(t, ctx)
+	run := fx.Start(dashboardtest.Order{ID: "o-1", Fail: "declined"}, journal.Failed)
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+run))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("compensate"))))
+	require.False(t, eval[bool](t, ctx, `document.getElementById("compensate-form").checkValidity()`), "the confirmation is not ticked")
+	require.Equal(t, journal.Failed, fx.Wait(run, journal.Failed).Status, "nothing was sent")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("compensate-reason"), "order withdrawn"),
+		chromedp.Click(chromedp.ID("compensate-confirm")),
+	))
+	screenshot(t, ctx, "dashboard-compensate-confirm")
+	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("compensate")))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status)
+	require.Contains(t, text(t, ctx, "flash"), "Sent to be compensated")
+	fx.Wait(run, journal.Compensated)
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+run))
+	kinds := eval[[]string](t, ctx, `[...document.querySelectorAll("#timeline tr[data-kind]")].map(r => r.dataset.kind + ":" + r.dataset.outcome)`)
+	require.Contains(t, kinds, "compensation:compensation asked by ops-ada: order withdrawn")
+
+	resp, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("flow-link")))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status)
+	require.Equal(t, fx.Flow, text(t, ctx, "flow-name"))
+	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("start-payload"), `{"id":"o-by-hand"}`)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("start-run"))))
+	require.False(t, eval[bool](t, ctx, `document.getElementById("start-form").checkValidity()`), "the confirmation is not ticked")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("start-reason"), "by hand"),
+		chromedp.Click(chromedp.ID("start-confirm")),
+	))
+	screenshot(t, ctx, "dashboard-start")
+	resp, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("start-run")))
+	require.NoError(t, err)
+	require.Equal(t, int64(http.StatusOK), resp.Status)
+	require.Contains(t, text(t, ctx, "flash"), "Started")
+	started := text(t, ctx, "run-id")
+	fx.Wait(started, journal.Completed)
+	require.Equal(t, int64(http.StatusOK), open(t, ctx, fx.Srv.URL+"/runs/"+started))
+	kinds = eval[[]string](t, ctx, `[...document.querySelectorAll("#timeline tr[data-kind]")].map(r => r.dataset.kind + ":" + r.dataset.outcome)`)
+	require.Equal(t, "start:started by ops-ada: by hand", kinds[0])
+	require.Contains(t, text(t, ctx, "input"), "o-by-hand")
+	require.Equal(t, int32(0), opened.Load(), "no dialog opened")
 }

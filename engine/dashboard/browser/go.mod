@@ -2,9 +2,15 @@ module github.com/acemq/acemq-flow/engine/dashboard/browser
 
 go 1.26.0
 
-require github.com/acemq/acemq-flow v0.0.0
+require (
+	github.com/acemq/acemq-flow v0.0.0
+	github.com/acemq/acemq-flow/workflows v0.0.0
+)
 
-replace github.com/acemq/acemq-flow => ../../..
+replace (
+	github.com/acemq/acemq-flow => ../../..
+	github.com/acemq/acemq-flow/workflows => ../../../workflows
+)
 
 require (
 	github.com/chromedp/cdproto v0.159.0

@@ -46,6 +46,9 @@ func Run(t *testing.T, open Open) {
 		"cancelled since":                cancelledSince,
 		"the version a run started on":   versionOfRun,
 		"step inputs":                    stepInputs,
+		"search":                         search,
+		"aggregates":                     aggregates,
+		"error patterns":                 errorPatterns,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -203,14 +203,7 @@ func (e *Engine) deadline(ctx context.Context, f *flow, m *broker.Message, ref d
 
 // cancelReason is what a cancellation's event says.
 func cancelReason(req CancelRequest) string {
-	why := "cancelled"
-	if req.Actor != "" {
-		why += " by " + req.Actor
-	}
-	if req.Reason != "" {
-		why += ": " + req.Reason
-	}
-	return why
+	return Action{Actor: req.Actor, Reason: req.Reason}.outcome("cancelled")
 }
 
 // wakeWaiting wakes a run waiting at a WaitFor, which has no message in

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/acemq/acemq-flow/broker"
-	"github.com/acemq/acemq-flow/engine/journal"
+	"github.com/acemq/acemq-flow/broker/transport"
 	"github.com/acemq/acemq-flow/internal/attrcache"
 	"github.com/acemq/acemq-flow/patterns"
 )
@@ -68,12 +68,20 @@ func ErrorType(err error) string {
 
 // runStarted is when the run of msg began, for acemq.flow.run.duration:
 // when it was first seen (x-acemq-first-seen), or, for a replayed run (or
-// one started again), when its latest replay began as the journal
-// recorded it, so that a run replayed hours after it failed is not counted
-// as hours long. The wire keeps the family's meaning: a replay keeps
-// first-seen, and acemq.pipeline.run.duration is measured from it. Only a
-// replayed run's last step reads the journal for it.
+// one started again), when its latest replay began, so that a run
+// replayed hours after it failed is not counted as hours long. The wire
+// keeps the family's meaning: a replay keeps first-seen, and
+// acemq.pipeline.run.duration is measured from it. The replayed message
+// itself says when (acemq-replayed-at); a hop after it does not (the stamp
+// describes one copy), so a replayed run's last step reads the journal:
+// the earliest event of the run's latest replay, which its steps recorded
+// before they settled. Only a replayed run's last step reads it.
 func (e *Engine) runStarted(ctx context.Context, msg *broker.Message) time.Time {
+	if ms, ok := transport.Int(msg.Headers[broker.HeaderReplayedAt]); ok && ms > 0 {
+		if at := time.UnixMilli(ms); at.After(msg.FirstSeen) {
+			return at
+		}
+	}
 	n := replays(msg.Headers)
 	if n == 0 {
 		return msg.FirstSeen
@@ -82,11 +90,14 @@ func (e *Engine) runStarted(ctx context.Context, msg *broker.Message) time.Time 
 	if err != nil {
 		return msg.FirstSeen
 	}
-	at := msg.FirstSeen
+	var at time.Time
 	for _, ev := range tl {
-		if int(ev.Seq>>48) == n && (ev.Kind == journal.KindReplay || ev.Kind == journal.KindStart) && ev.StartedAt.After(at) {
+		if int(ev.Seq>>48) == n && ev.StartedAt.After(msg.FirstSeen) && (at.IsZero() || ev.StartedAt.Before(at)) {
 			at = ev.StartedAt
 		}
+	}
+	if at.IsZero() {
+		return msg.FirstSeen
 	}
 	return at
 }

@@ -167,14 +167,8 @@ func (e *Engine) ReplayFrom(ctx context.Context, runID string, req ReplayFromReq
 		return res, fmt.Errorf("replay run %s from %q: send its message to %s: %w", runID, p.step, res.Queue, err)
 	}
 	res.Replays = n
-	outcome := "replayed from " + p.step
-	if req.Actor != "" {
-		outcome += " by " + req.Actor
-	}
-	if req.Reason != "" {
-		outcome += ": " + req.Reason
-	}
-	ev := journal.Event{RunID: runID, Flow: run.Flow, Kind: journal.KindReplay, Step: p.step, Outcome: journal.Truncate(outcome),
+	ev := journal.Event{RunID: runID, Flow: run.Flow, Kind: journal.KindReplay, Step: p.step,
+		Outcome:   Action{Actor: req.Actor, Reason: req.Reason}.outcome("replayed from " + p.step),
 		StartedAt: now, EndedAt: now, Queue: res.Queue, Status: journal.Running, RunStep: p.step,
 		Replays: n, Seq: journal.Seq(n, 0, 0, 0), Key: fmt.Sprintf("replay/%d", n), Version: f.version}
 	if len(run.Input) > 0 {

@@ -60,7 +60,7 @@ func Dial(ctx context.Context, url string, cfg Config) (*Transport, error) {
 		errs []error
 	)
 	for i, n := range u.nodes {
-		if s, err = t.connect(ctx, i); err == nil {
+		if s, err = t.connectAccepted(ctx, i); err == nil {
 			break
 		}
 		errs = append(errs, err)
@@ -106,6 +106,48 @@ func (e *NodesError) Error() string {
 
 // Unwrap returns every node's error, for errors.Is and errors.As.
 func (e *NodesError) Unwrap() []error { return e.Errs }
+
+// acceptedTries is how often a first connection is tried on a node that
+// accepted it but closed it before its channels were open.
+const acceptedTries = 4
+
+// connectAccepted is connect for the first connection: a node that
+// accepted the connection (it answers, the credentials hold) and closed
+// it while its channels were being opened (a node restarting, an operator
+// closing every connection) is tried again, after 100 ms doubling, before
+// the next node, rather than failing the process that opens it; a node
+// that refuses the connection fails at once, as before.
+func (t *Transport) connectAccepted(ctx context.Context, node int) (*session, error) {
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		s, err := t.connect(ctx, node)
+		var lost *channelsError
+		if err == nil || !errors.As(err, &lost) || try == acceptedTries {
+			return s, err
+		}
+		t.log.Warn("rabbitmq closed the connection while its channels opened; trying again",
+			slog.String("node", t.url.nodes[node].addr), slog.Duration("in", wait), slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// channelsError is a connection the node accepted and closed before its
+// channels were open.
+type channelsError struct {
+	node string
+	err  error
+}
+
+func (e *channelsError) Error() string {
+	return fmt.Sprintf("rabbitmq: open channels on %s: %v", e.node, e.err)
+}
+
+func (e *channelsError) Unwrap() error { return e.err }
 
 // connect dials one connection to the node at index node of the URL's list
 // and opens its publish channels. Both ctx and Close abort it, including in
@@ -204,7 +246,7 @@ func (t *Transport) connect(ctx context.Context, node int) (*session, error) {
 	s, err := t.newSession(conn, node)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("rabbitmq: open channels on %s: %w", n.redacted, err)
+		return nil, &channelsError{node: n.redacted, err: err}
 	}
 	return s, nil
 }

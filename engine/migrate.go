@@ -165,12 +165,12 @@ func (f *flow) removedRunners(e *Engine, tidy func(queue, runID string)) (steps 
 		if !m.Removed {
 			continue
 		}
-		spec := dsl.StepSpec{Name: m.Old, Compensable: true}
 		if m.New == "" {
-			steps = append(steps, &stepRunner{e: e, f: f, spec: spec, policy: *e.cfg.Retry, queue: f.queue(m.Old),
+			steps = append(steps, &stepRunner{e: e, f: f, spec: dsl.StepSpec{Name: m.Old}, policy: *e.cfg.Retry, queue: f.queue(m.Old),
 				spanName: "step " + f.name + "/" + m.Old, tidy: tidy, forks: map[string]*stepRunner{}})
 		}
-		comps = append(comps, &compRunner{e: e, f: f, spec: spec, policy: *e.cfg.Retry, queue: f.compensationQueue(m.Old), tidy: tidy, removed: true})
+		comps = append(comps, &compRunner{e: e, f: f, spec: dsl.StepSpec{Name: m.Old, Compensable: true}, policy: *e.cfg.Retry,
+			queue: f.compensationQueue(m.Old), tidy: tidy, removed: true})
 	}
 	return steps, comps
 }

@@ -387,13 +387,15 @@ func (e *Engine) discardFailed(ctx context.Context, f *flow, run journal.Run) (i
 // replayFromMessage is the message that re-runs run runID (replay
 // replays) from route[pos]: an ordinary step message of the flow, as a
 // start or a hop sends it (its route, the run state st it carries), with
-// the kept body in the flow's codec and the replay stamps.
+// the kept body in the flow's codec, acemq-replay-count and
+// acemq-replayed-at. Not acemq-replayed-from: the family reads it as the
+// queue a replayed message was taken from, and this one was taken from
+// none (it is built from the journal).
 func (f *flow) replayFromMessage(ctx context.Context, conn *broker.Conn, runID string, replays int, route []string, pos int, body []byte, st runState, now time.Time) (broker.Outgoing, error) {
 	opts := []broker.PublishOption{
 		broker.ToExchange(f.name), broker.To(route[pos]), broker.Mandatory(), broker.RunID(runID),
 		broker.WithCodec(encoded{f.codec.ContentType()}), broker.Route(route, pos),
 		broker.Header(broker.HeaderReplayCount, int64(replays)),
-		broker.Header(broker.HeaderReplayedFrom, f.queue(route[pos])),
 		broker.Header(broker.HeaderReplayedAt, now.UnixMilli()),
 	}
 	if len(st.Compensate) > 0 {

@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
-	"github.com/acemq/acemq-flow/dsl"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/patterns"
 )
@@ -281,7 +281,7 @@ func (e *Engine) prepareStart(ctx context.Context, flowName string, payload any,
 	}
 	start := journal.Event{RunID: p.res.RunID, Flow: f.name, Kind: journal.KindStart, Outcome: "started",
 		StartedAt: now, EndedAt: now, Input: raw, Version: f.version, Status: journal.Running, Replays: n, Seq: journal.Seq(n, 0, 1, 0), Key: "start",
-		BusinessKey: businessKey(f.def, input)}
+		BusinessKey: e.businessKey(f, p.res.RunID, input)}
 	if n > 0 {
 		start.Outcome, start.Key = fmt.Sprintf("started again (replay %d)", n), fmt.Sprintf("start/%d", n)
 	}
@@ -484,16 +484,25 @@ func (f *flow) startMessage(ctx context.Context, conn *broker.Conn, runID string
 }
 
 // businessKey is the run's business key (dsl.Key) of its input: "" when
-// the flow names none, or its key does not evaluate, or gives what no
-// journal keeps (not text, over journal.MaxBusinessKey bytes).
-func businessKey(def *dsl.FlowDef, input any) string {
-	k := def.BusinessKey()
+// the flow names none, or when its key does not evaluate or gives what no
+// journal keeps (not text, over journal.MaxBusinessKey bytes), which is
+// logged: the run starts all the same, it is only not found by its key.
+func (e *Engine) businessKey(f *flow, runID string, input any) string {
+	k := f.def.BusinessKey()
 	if k == nil {
 		return ""
 	}
 	s, err := k.Key(input)
-	if err != nil || !journal.Text(s) || len(s) > journal.MaxBusinessKey {
-		return ""
+	switch {
+	case err != nil:
+	case !journal.Text(s):
+		err = errors.New("it is not text")
+	case len(s) > journal.MaxBusinessKey:
+		err = fmt.Errorf("it is %d bytes, over %d", len(s), journal.MaxBusinessKey)
+	default:
+		return s
 	}
-	return s
+	e.log.Warn("the run's business key (dsl.Key) is not recorded; the run is not found by it",
+		slog.String("flow", f.name), slog.String("run_id", runID), slog.Any("error", err))
+	return ""
 }

@@ -31,22 +31,7 @@ func TestRunPageOfAHundredThousandItemsOnPostgreSQL(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, testenv.DatabaseURL(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	var b [5]byte
-	_, err = rand.Read(b[:])
-	require.NoError(t, err)
-	tables := persistence.PrefixedTables("acemq_dash" + hex.EncodeToString(b[:]) + "_")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, name := range tables.Names() {
-			_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
-			require.NoError(t, err)
-		}
-	})
-	require.NoError(t, persistence.MigrateTables(ctx, pool, tables))
+	pool, tables := testTables(ctx, t, "acemq_dash")
 	j, err := persistence.NewSQLJournal(pool, persistence.SQLJournalConfig{Tables: tables})
 	require.NoError(t, err)
 	const items = 100_000
@@ -80,4 +65,28 @@ func TestRunPageOfAHundredThousandItemsOnPostgreSQL(t *testing.T) {
 		require.True(t, strings.Contains(body, "100000 handed out,\n  100000 arrived, 0 failed, 0 stopped, 0 running."), "the counts")
 		require.Less(t, len(body), 1<<20, "a page, not the run")
 	}
+}
+
+// testTables are journal tables of a test's own on the test database,
+// under prefix and a random part, migrated, and dropped when the test
+// ends; pool is the test's connection pool to them.
+func testTables(ctx context.Context, t *testing.T, prefix string) (*pgxpool.Pool, persistence.Tables) {
+	t.Helper()
+	pool, err := pgxpool.New(ctx, testenv.DatabaseURL(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var b [5]byte
+	_, err = rand.Read(b[:])
+	require.NoError(t, err)
+	tables := persistence.PrefixedTables(prefix + hex.EncodeToString(b[:]) + "_")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		for _, name := range tables.Names() {
+			_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+			require.NoError(t, err)
+		}
+	})
+	require.NoError(t, persistence.MigrateTables(ctx, pool, tables))
+	return pool, tables
 }

@@ -2,8 +2,6 @@ package dashboard_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/engine/dashboard"
@@ -34,22 +30,7 @@ func TestPagesAtAMillionRuns(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, testenv.DatabaseURL(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	var b [5]byte
-	_, err = rand.Read(b[:])
-	require.NoError(t, err)
-	tables := persistence.PrefixedTables("acemq_scale" + hex.EncodeToString(b[:]) + "_")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		for _, name := range tables.Names() {
-			_, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
-			require.NoError(t, err)
-		}
-	})
-	require.NoError(t, persistence.MigrateTables(ctx, pool, tables))
+	pool, tables := testTables(ctx, t, "acemq_scale")
 	end := time.Now().UTC().Truncate(time.Second)
 	began := time.Now()
 	require.NoError(t, journalbench.Load(ctx, pool, tables, journalbench.Runs, end))

@@ -111,7 +111,7 @@ func (s *SQLIdempotencyStore) placeStatements(j *SQLJournal) placeStatements {
 	q := placeStatements{
 		claim: j.limitSQL.acquireWith + s.t.render(`, granted AS (
 				SELECT EXISTS (SELECT 1 FROM mine) OR COALESCE((SELECT took FROM k), false) AS ok
-			), claimed AS (`+fmt.Sprintf(claimInsert, `SELECT $8, 'claimed', $9, now() + $10 * interval '1 second' FROM granted WHERE granted.ok`)+`
+			), claimed AS (`+fmt.Sprintf(claimInsert, `SELECT $8, 'claimed', $9, now() + $10 * interval '1 second' FROM granted WHERE granted.ok`)+` RETURNING 1
 			)
 			SELECT (SELECT ok FROM granted), EXISTS (SELECT 1 FROM claimed)`),
 		confirm: j.limitSQL.releaseWith + s.t.render(`, confirmed AS (`+fmt.Sprintf(confirmUpsert, "$4", "$5", "$6")+`

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/patterns"
 )
 
@@ -86,6 +87,12 @@ type SQLIdempotencyStore struct {
 	// places are the ClaimPlace and ConfirmReleasing statements rendered
 	// so far.
 	places placeClaims
+	// claims and keeps group the claims' inserts, and the results and
+	// confirmations kept, of calls made at once (idempotency_group.go);
+	// recordKept are RecordKept's statements.
+	claims     group[*claimReq]
+	keeps      group[*keptReq]
+	recordKept keptStatements
 }
 
 // idemOwn is what one SQLIdempotencyStore has to do with one key.
@@ -134,7 +141,7 @@ func NewSQLIdempotencyStore(db DB, cfg SQLIdempotencyStoreConfig) (*SQLIdempoten
 // ClaimClaimed, whether they share this instance or not.
 func (s *SQLIdempotencyStore) Claim(ctx context.Context, key string) (patterns.Claim, error) {
 	s.claiming(key)
-	won, err := s.insertClaim(ctx, key)
+	won, err := s.claimKey(ctx, key)
 	return s.claimFrom(ctx, key, won, err)
 }
 
@@ -265,10 +272,7 @@ func (s *SQLIdempotencyStore) FirstTime(ctx context.Context, key string) (bool, 
 // Confirm records that key's work was done: it is a duplicate for
 // Retention from now, whoever held the claim.
 func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
-	s.letGo(key)
-	_, err := s.db.Exec(ctx, s.sql.confirm,
-		[]byte(key), s.holder, s.retention.Seconds())
-	if err != nil {
+	if err := s.keep(ctx, journal.Kept{Key: key, Confirmed: true}); err != nil {
 		return fmt.Errorf("idempotency %s: confirm: %w", s.t.Idempotency, err)
 	}
 	return nil
@@ -277,13 +281,7 @@ func (s *SQLIdempotencyStore) Confirm(ctx context.Context, key string) error {
 // Complete records that key's work was done, as Confirm does, and keeps
 // result in its row until Confirm; a nil result is kept as an empty one.
 func (s *SQLIdempotencyStore) Complete(ctx context.Context, key string, result []byte) error {
-	s.letGo(key)
-	if result == nil {
-		// NULL would read as "nothing kept".
-		result = []byte{}
-	}
-	_, err := s.db.Exec(ctx, s.sql.complete, []byte(key), s.holder, s.retention.Seconds(), result)
-	if err != nil {
+	if err := s.keep(ctx, journal.Kept{Key: key, Result: result}); err != nil {
 		return fmt.Errorf("idempotency %s: complete: %w", s.t.Idempotency, err)
 	}
 	return nil
@@ -371,12 +369,16 @@ func (s *SQLIdempotencyStore) PurgeExpired(ctx context.Context) (int64, error) {
 // (rendering builds a strings.Replacer, which cost more Go time than the
 // rest of a claim did).
 type idemStatements struct {
-	claim, look, reclaim, confirm, complete, completeHeld, result, forget, purge string
+	claim, look, reclaim, completeHeld, result, forget, purge string
+	// claims is the claims' insert of a group of keys ($1), kept the
+	// upsert of a group of results and confirmations (keptUpsert).
+	claims, kept string
 }
 
-// claimInsert is the claim's upsert of the row values gives (key, holder,
-// lease in seconds): a key nobody holds live is taken, and the statement
-// returns a row when it was. confirmUpsert is the confirm's. ClaimPlace
+// claimInsert is the claim's upsert of the rows %s gives (key, holder,
+// lease in seconds): a key nobody holds live is taken, and with a
+// RETURNING clause the statement returns a row for each key taken.
+// confirmUpsert is the confirm's. ClaimPlace
 // and ConfirmReleasing use them with parameters of their own.
 const (
 	claimInsert = `
@@ -384,28 +386,35 @@ const (
 			%s
 			ON CONFLICT (key) DO UPDATE
 			SET state = 'claimed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-			WHERE cur.expires_at <= now()
-			RETURNING 1`
+			WHERE cur.expires_at <= now()`
 	confirmUpsert = `
 			INSERT INTO {{idempotency}} (key, state, holder, expires_at)
 			VALUES (%s, 'confirmed', %s, now() + %s * interval '1 second')
 			ON CONFLICT (key) DO UPDATE
 			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = NULL`
+	// keptUpsert writes keys (%[1]s, sorted, distinct) as confirmed by
+	// holder (%[3]s) for the retention (%[4]s seconds), each with its
+	// result (%[2]s: NULL for a confirmation, which drops what was kept).
+	keptUpsert = `
+			INSERT INTO {{idempotency}} AS cur (key, state, holder, expires_at, result)
+			SELECT k.key, 'confirmed', %[3]s, now() + %[4]s * interval '1 second', k.result
+			FROM unnest(%[1]s::bytea[], %[2]s::bytea[]) WITH ORDINALITY AS k(key, result, ord)
+			ORDER BY k.ord
+			ON CONFLICT (key) DO UPDATE
+			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = EXCLUDED.result`
 )
 
 func renderIdemStatements(t Tables) idemStatements {
 	return idemStatements{
-		claim: t.render(fmt.Sprintf(claimInsert, `VALUES ($1, 'claimed', $2, now() + $3 * interval '1 second')`)),
-		look:  t.render(`SELECT state, expires_at > now(), holder FROM {{idempotency}} WHERE key = $1`),
+		claim: t.render(fmt.Sprintf(claimInsert, `VALUES ($1, 'claimed', $2, now() + $3 * interval '1 second')`) + ` RETURNING 1`),
+		claims: t.render(fmt.Sprintf(claimInsert,
+			`SELECT k.key, 'claimed', $2, now() + $3 * interval '1 second' FROM unnest($1::bytea[]) WITH ORDINALITY AS k(key, ord) ORDER BY k.ord`) +
+			` RETURNING key`),
+		kept: t.render(fmt.Sprintf(keptUpsert, "$1", "$2", "$3", "$4")),
+		look: t.render(`SELECT state, expires_at > now(), holder FROM {{idempotency}} WHERE key = $1`),
 		reclaim: t.render(`
 			UPDATE {{idempotency}} SET expires_at = now() + $3 * interval '1 second'
 			WHERE key = $1 AND state = 'claimed' AND holder = $2`),
-		confirm: t.render(fmt.Sprintf(confirmUpsert, "$1", "$2", "$3")),
-		complete: t.render(`
-			INSERT INTO {{idempotency}} (key, state, holder, expires_at, result)
-			VALUES ($1, 'confirmed', $2, now() + $3 * interval '1 second', $4)
-			ON CONFLICT (key) DO UPDATE
-			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = EXCLUDED.result`),
 		// Only the holder's own claim: a claim taken over after its lease
 		// ran out belongs to the new holder, whose work counts.
 		completeHeld: t.render(`

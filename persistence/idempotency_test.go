@@ -276,7 +276,7 @@ type claimHeldBackDB struct {
 func (d *claimHeldBackDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	rows, err := d.DB.Query(ctx, sql, args...)
 	first := false
-	if err == nil && strings.Contains(sql, "RETURNING 1") {
+	if err == nil && strings.Contains(sql, "RETURNING") {
 		d.once.Do(func() { first = true })
 	}
 	if !first {
@@ -300,6 +300,9 @@ func (r *heldBackRows) Close() {
 // claim is won in the database but not yet answered, another goroutine of
 // the same instance claiming the key is told it is in progress, not that
 // the instance left the claim behind (which would run the work twice).
+// The other's claim waits for the first's statement (claims are written in
+// groups, one statement at a time) and runs while the first's answer is on
+// its way back.
 func TestSQLIdempotencyConcurrentClaimsOfOneInstance(t *testing.T) {
 	t.Parallel()
 	db := pool(t)
@@ -314,10 +317,14 @@ func TestSQLIdempotencyConcurrentClaimsOfOneInstance(t *testing.T) {
 		first <- c
 	}()
 	<-slow.taken
-	c, err := s.Claim(ctx, "k")
+	second := make(chan patterns.Claim, 1)
+	go func() {
+		c, err := s.Claim(ctx, "k")
+		assert.NoError(t, err)
+		second <- c
+	}()
 	close(slow.release)
-	require.NoError(t, err)
-	require.Equal(t, patterns.ClaimInProgress, c, "the other goroutine is claiming it")
+	require.Equal(t, patterns.ClaimInProgress, <-second, "the other goroutine is claiming it")
 	require.Equal(t, patterns.ClaimClaimed, <-first)
 	require.Equal(t, patterns.ClaimInProgress, claimOf(t, s, "k"), "held")
 }

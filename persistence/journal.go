@@ -104,13 +104,24 @@ func (j *SQLJournal) Retention() time.Duration { return j.retention }
 // is not below the row's, and every batch locks its runs in run id order,
 // then its timeline entries in (run id, key) order, so concurrent batches
 // wait for each other rather than deadlock.
+//
+// Called by SQLIdempotencyStore.RecordKept, through whatever wraps the
+// journal, it writes the keys the store keeps with the events in the same
+// statement, when the store is on its database (keptWrite).
 func (j *SQLJournal) Record(ctx context.Context, events []journal.Event) error {
+	w := keptWriteOf(ctx)
+	if w != nil {
+		w.reached = w.store.db == j.db
+	}
 	if len(events) == 0 {
 		return nil
 	}
 	b, err := newJournalBatch(events)
 	if err != nil {
 		return fmt.Errorf("journal %s: record: %w", j.t.Runs, err)
+	}
+	if w != nil && w.reached {
+		return w.store.recordKeptIn(ctx, j, b, len(events), w)
 	}
 	if _, err := j.db.Exec(ctx, j.sql.record, b.args()...); err != nil {
 		return fmt.Errorf("journal %s: record %d events: %w", j.t.Runs, len(events), err)

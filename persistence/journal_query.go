@@ -360,10 +360,11 @@ type journalStatements struct {
 	list                  [16]string
 }
 
-func renderJournalStatements(t Tables) journalStatements {
-	s := journalStatements{
-		record: t.render(`
-			WITH b AS (
+// recordCTEs is the journal's record statement after its WITH: $1 to $38
+// are journalBatch.args. A statement that writes more in the same commit
+// (SQLIdempotencyStore.RecordKept) puts common table expressions of its
+// own before it, with parameters from $39.
+const recordCTEs = `b AS (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[],
 					$7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[],
 					$12::integer[], $13::bigint[], $14::timestamptz[], $15::boolean[], $32::integer[], $33::text[],
@@ -418,8 +419,12 @@ func renderJournalStatements(t Tables) journalStatements {
 					CASE WHEN d.apply THEN EXCLUDED.seq ELSE cur.seq END
 				FROM (SELECT ($14::timestamptz[])[i] AS min_start, ($15::boolean[])[i] AND EXCLUDED.seq >= cur.seq AS apply,
 				             EXCLUDED.input IS NOT NULL AND (cur.input IS NULL OR EXCLUDED.input_replays > cur.input_replays) AS newer_input
-				      FROM array_position($1::text[], EXCLUDED.run_id) AS i) AS d)`),
-		run: t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = $1`),
+				      FROM array_position($1::text[], EXCLUDED.run_id) AS i) AS d)`
+
+func renderJournalStatements(t Tables) journalStatements {
+	s := journalStatements{
+		record: t.render("WITH " + recordCTEs),
+		run:    t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = $1`),
 		// The latest event with an input of each step: one range of the
 		// primary key (a run's events), the inputs of the others not read.
 		inputs: t.render(`

@@ -42,6 +42,10 @@ type WriterConfig struct {
 	MaxLinger time.Duration
 	// Logger hears about failed writes (nil = slog.Default()).
 	Logger *slog.Logger
+	// Keeper writes what units of work keep under their keys (Keep,
+	// Confirm) with the events of the batch they are in; nil = the writer
+	// records events only.
+	Keeper Keeper
 }
 
 // Writer writes events to a journal off the caller's path: Record queues
@@ -66,14 +70,37 @@ type Writer struct {
 	lost     int
 }
 
-// item is the events of one Record on their way (written in one batch, so
-// that a reader never sees some of them without the others), or a waiter
-// that wants to hear once everything queued before it is written (nil) or
-// could not be (an error).
+// item is the events (and kept keys: Keep, Confirm) of one call on their
+// way (written in one batch, so that a reader never sees some of them
+// without the others), or a waiter that wants to hear once everything
+// queued before it is written (nil) or could not be (an error).
 type item struct {
 	events []Event
+	kept   []Kept
 	done   chan error
+	// lazy items (Confirm) wait for the next batch that has something
+	// else to write, for at most confirmDelay.
+	lazy bool
 }
+
+// confirmDelay bounds how long a confirmation (Confirm) waits for a batch
+// to go with: under load there is always one, and alone it costs a write
+// of its own.
+const confirmDelay = 20 * time.Millisecond
+
+// batch is what one write of the journal carries.
+type batch struct {
+	events []Event
+	kept   []Kept
+	// calls counts the calls (Record, Keep, Confirm) the batch holds, and
+	// eager those that are not lazy.
+	calls, eager int
+}
+
+// size is how much of MaxBatch the batch takes.
+func (b *batch) size() int { return len(b.events) + len(b.kept) }
+
+func (b *batch) reset() { b.events, b.kept, b.calls, b.eager = b.events[:0], b.kept[:0], 0, 0 }
 
 // NewWriter starts a writer for j. Close it to flush and stop it.
 func NewWriter(j Journal, cfg WriterConfig) (*Writer, error) {
@@ -108,16 +135,21 @@ func (w *Writer) Journal() Journal { return w.j }
 // (bounded by ctx) while the queue is full. It returns ErrWriterClosed
 // once Close has begun, also to a caller that was waiting for room.
 func (w *Writer) Record(ctx context.Context, events ...Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	return w.queueItem(ctx, item{events: events})
+}
+
+// queueItem queues it, waiting (bounded by ctx) while the queue is full.
+func (w *Writer) queueItem(ctx context.Context, it item) error {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
 		return ErrWriterClosed
 	}
-	if len(events) == 0 {
-		return nil
-	}
 	select {
-	case w.queue <- item{events: events}:
+	case w.queue <- it:
 		return nil
 	case <-w.closing:
 		return ErrWriterClosed
@@ -185,92 +217,131 @@ func (w *Writer) Close(ctx context.Context) error {
 
 func (w *Writer) loop() {
 	defer close(w.stopped)
-	batch := make([]Event, 0, w.cfg.MaxBatch)
+	b := &batch{events: make([]Event, 0, w.cfg.MaxBatch)}
 	var waiters []chan error
 	var lastWrite time.Duration
-	var lastBatch int
+	var lastCalls int
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
 		case it := <-w.queue:
-			batch, waiters = w.take(it, batch, waiters)
+			waiters = w.take(it, b, waiters)
 		case <-w.stop:
-			w.drain(batch, waiters)
+			w.drain(b, waiters)
 			return
 		}
 		// Take whatever else is already waiting, up to a batch.
 	more:
-		for len(batch) < w.cfg.MaxBatch {
+		for b.size() < w.cfg.MaxBatch {
 			select {
 			case it := <-w.queue:
-				batch, waiters = w.take(it, batch, waiters)
+				waiters = w.take(it, b, waiters)
 			default:
 				break more
 			}
 		}
-		if d := w.linger(lastWrite, lastBatch); d > 0 && len(batch) > 0 && len(batch) < w.cfg.MaxBatch {
-			timer.Reset(d)
-			batch, waiters = w.gather(timer.C, batch, waiters)
+		if b.eager == 0 && len(waiters) == 0 && b.size() < w.cfg.MaxBatch {
+			// Only confirmations: they wait for something to go with.
+			timer.Reset(confirmDelay)
+			waiters = w.await(timer.C, b, waiters)
 			timer.Stop()
 		}
-		lastBatch = len(batch)
+		if d := w.linger(lastWrite, lastCalls); d > 0 && b.size() > 0 && b.size() < w.cfg.MaxBatch {
+			timer.Reset(d)
+			waiters = w.gather(timer.C, b, waiters)
+			timer.Stop()
+		}
+		lastCalls = b.calls
 		began := time.Now()
-		if !w.write(batch) {
-			w.drain(batch, waiters)
+		if !w.write(b) {
+			w.drain(b, waiters)
 			return
 		}
 		lastWrite = time.Since(began)
 		for _, d := range waiters {
 			d <- nil
 		}
-		batch, waiters = batch[:0], waiters[:0]
+		b.reset()
+		waiters = waiters[:0]
 	}
 }
 
 // linger is how long the next batch waits for more events, given how long
 // the last write took and how many events it carried (see MaxLinger).
-func (w *Writer) linger(lastWrite time.Duration, lastBatch int) time.Duration {
-	if w.cfg.MaxLinger < 0 || lastBatch < 2 || lastWrite < lingerWorthIt {
+func (w *Writer) linger(lastWrite time.Duration, lastCalls int) time.Duration {
+	if w.cfg.MaxLinger < 0 || lastCalls < 2 || lastWrite < lingerWorthIt {
 		return 0
 	}
 	return min(lastWrite, w.cfg.MaxLinger)
 }
 
-// gather adds what arrives to batch until it is full, until expired fires,
+// gather adds what arrives to b until it is full, until expired fires,
 // or until the writer is stopped (the loop then drains).
-func (w *Writer) gather(expired <-chan time.Time, batch []Event, waiters []chan error) ([]Event, []chan error) {
-	for len(batch) < w.cfg.MaxBatch {
+func (w *Writer) gather(expired <-chan time.Time, b *batch, waiters []chan error) []chan error {
+	for b.size() < w.cfg.MaxBatch {
 		select {
 		case it := <-w.queue:
-			batch, waiters = w.take(it, batch, waiters)
+			waiters = w.take(it, b, waiters)
 		case <-expired:
-			return batch, waiters
+			return waiters
 		case <-w.stop:
-			return batch, waiters
+			return waiters
 		}
 	}
-	return batch, waiters
+	return waiters
 }
 
-func (w *Writer) take(it item, batch []Event, waiters []chan error) ([]Event, []chan error) {
-	if it.done != nil {
-		return batch, append(waiters, it.done)
+// await adds what arrives to b until something that is not lazy does (or
+// a waiter), until b is full, until expired fires, or until the writer is
+// stopped (the loop then drains).
+func (w *Writer) await(expired <-chan time.Time, b *batch, waiters []chan error) []chan error {
+	for b.eager == 0 && len(waiters) == 0 && b.size() < w.cfg.MaxBatch {
+		select {
+		case it := <-w.queue:
+			waiters = w.take(it, b, waiters)
+		case <-expired:
+			return waiters
+		case <-w.stop:
+			return waiters
+		}
 	}
-	return append(batch, it.events...), waiters
+	return waiters
 }
 
-// write writes batch, trying again with backoff until it is written; it
+func (w *Writer) take(it item, b *batch, waiters []chan error) []chan error {
+	if it.done != nil {
+		return append(waiters, it.done)
+	}
+	b.events = append(b.events, it.events...)
+	b.kept = append(b.kept, it.kept...)
+	b.calls++
+	if !it.lazy {
+		b.eager++
+	}
+	return waiters
+}
+
+// record writes b once: its events, and what it keeps with them through
+// the Keeper.
+func (w *Writer) record(ctx context.Context, b *batch) error {
+	if len(b.kept) > 0 {
+		return w.cfg.Keeper.RecordKept(ctx, w.j, b.events, b.kept)
+	}
+	return w.j.Record(ctx, b.events)
+}
+
+// write writes b, trying again with backoff until it is written; it
 // returns false when the writer was closed while it kept failing (the
 // batch is then still to write).
-func (w *Writer) write(batch []Event) bool {
-	if len(batch) == 0 {
+func (w *Writer) write(b *batch) bool {
+	if b.size() == 0 {
 		return true
 	}
 	backoff := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := w.j.Record(ctx, batch)
+		err := w.record(ctx, b)
 		cancel()
 		if err == nil {
 			return true
@@ -278,12 +349,13 @@ func (w *Writer) write(batch []Event) bool {
 		if errors.Is(err, ErrInvalidEvent) {
 			// It would be refused for ever: set the bad events aside and
 			// write the rest.
-			if batch = w.setAside(batch); len(batch) == 0 {
+			if b.events = w.setAside(b.events); b.size() == 0 {
 				return true
 			}
 			continue
 		}
-		w.log.Warn("journal write failed; trying again", slog.Int("events", len(batch)), slog.Duration("in", backoff), slog.Any("error", err))
+		w.log.Warn("journal write failed; trying again", slog.Int("events", len(b.events)), slog.Int("kept", len(b.kept)),
+			slog.Duration("in", backoff), slog.Any("error", err))
 		select {
 		case <-time.After(backoff):
 		case <-w.stop:
@@ -308,29 +380,29 @@ func (w *Writer) setAside(batch []Event) []Event {
 
 // drain writes what is left once the writer is closed, the batch in hand
 // and everything queued, trying again until Close's deadline.
-func (w *Writer) drain(batch []Event, waiters []chan error) {
+func (w *Writer) drain(b *batch, waiters []chan error) {
 	ctx := w.closeCtx
 	backoff := 50 * time.Millisecond
 	for {
 	more:
-		for len(batch) < w.cfg.MaxBatch {
+		for b.size() < w.cfg.MaxBatch {
 			select {
 			case it := <-w.queue:
-				batch, waiters = w.take(it, batch, waiters)
+				waiters = w.take(it, b, waiters)
 			default:
 				break more
 			}
 		}
-		if len(batch) == 0 {
+		if b.size() == 0 {
 			break
 		}
-		err := w.j.Record(ctx, batch)
+		err := w.record(ctx, b)
 		if err == nil {
-			batch = batch[:0]
+			b.reset()
 			continue
 		}
 		if errors.Is(err, ErrInvalidEvent) {
-			batch = w.setAside(batch)
+			b.events = w.setAside(b.events)
 			continue
 		}
 		select {
@@ -340,12 +412,12 @@ func (w *Writer) drain(batch []Event, waiters []chan error) {
 		case <-ctx.Done():
 		}
 		// Count what is still queued too: nothing takes it any more.
-		w.lost = len(batch)
+		w.lost = b.size()
 	rest:
 		for {
 			select {
 			case it := <-w.queue:
-				w.lost += len(it.events)
+				w.lost += len(it.events) + len(it.kept)
 				if it.done != nil {
 					waiters = append(waiters, it.done)
 				}

@@ -201,6 +201,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Writer.Logger == nil {
 		cfg.Writer.Logger = cfg.Logger
 	}
+	if cfg.Writer.Keeper == nil {
+		cfg.Writer.Keeper = keeperOf(cfg.Store)
+	}
 	w, err := journal.NewWriter(cfg.Journal, cfg.Writer)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -340,4 +343,57 @@ func (e *Engine) Close(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// confirm confirms key, once what its unit came to is recorded: with the
+// journal writer's next batch, without waiting for it (nothing is lost
+// when it never is: a redelivery of the key's message sends its kept
+// result again, which the next step finds done).
+func (e *Engine) confirm(ctx context.Context, key string) {
+	if err := e.writer.Confirm(ctx, key); err != nil {
+		e.once.Confirm(ctx, key)
+	}
+}
+
+// keeperOf is what keeps units' results and confirmations with the
+// journal's events: the store itself when it writes both in one commit
+// (persistence.SQLIdempotencyStore, a journal.Keeper), or the events
+// recorded first and then each key kept by the store's own calls.
+func keeperOf(store patterns.ResultStore) journal.Keeper {
+	if k, ok := store.(journal.Keeper); ok {
+		return k
+	}
+	return storeKeeper{store}
+}
+
+// storeKeeper keeps what a journal.Keeper is given in a store that is not
+// one, in the order that leaves nothing lost when it stops half way: each
+// result kept first (Complete), so that a redelivery carries it out
+// instead of doing the work again; then the events; then each
+// confirmation (Confirm, when the store has it), once what it confirms is
+// recorded.
+type storeKeeper struct{ store patterns.ResultStore }
+
+func (k storeKeeper) RecordKept(ctx context.Context, j journal.Journal, events []journal.Event, kept []journal.Kept) error {
+	for _, x := range kept {
+		if x.Result != nil || !x.Confirmed {
+			if err := k.store.Complete(ctx, x.Key, x.Result); err != nil {
+				return fmt.Errorf("keep %q: %w", x.Key, err)
+			}
+		}
+	}
+	if len(events) > 0 {
+		if err := j.Record(ctx, events); err != nil {
+			return err
+		}
+	}
+	confirmer, ok := k.store.(patterns.Confirmer)
+	for _, x := range kept {
+		if x.Confirmed && ok {
+			if err := confirmer.Confirm(ctx, x.Key); err != nil {
+				return fmt.Errorf("confirm %q: %w", x.Key, err)
+			}
+		}
+	}
+	return nil
 }

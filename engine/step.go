@@ -122,6 +122,13 @@ type recording struct {
 	delay  time.Duration
 	// confirm is the key to confirm once the events are recorded.
 	confirm string
+	// kept says the events of the outcome the handler expects were
+	// recorded with the unit's result (stepRunner.keep): written records
+	// nothing more. early is those events, built once (and the delivery's
+	// metrics counted for them): written records them when keeping them
+	// failed.
+	kept  bool
+	early []journal.Event
 	// release is the place of a limited step that the confirm gives back
 	// (placeClaimer), nil when there is none or it is given back apart;
 	// released is what giving it back came to.
@@ -205,8 +212,11 @@ func (a *stepAttempt) accepting() bool {
 // consumers' broker.BeforeSettle, off the handler's slot: the handlers go
 // on with the next deliveries while the journal commits.
 func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, flow, step string, ack broker.Ack, events func() []journal.Event) broker.Ack {
-	if p.expect != "" {
-		if events := events(); len(events) > 0 {
+	if p.expect != "" && !p.kept {
+		if p.early == nil {
+			p.early = events()
+		}
+		if events := p.early; len(events) > 0 {
 			if err := e.writer.RecordSync(ctx, events...); err != nil {
 				e.log.Warn("journal events not written before their delivery's settlement; they are still queued",
 					slog.String("flow", flow), slog.String("run_id", m.RunID), slog.String("step", step), slog.Any("error", err))
@@ -223,7 +233,7 @@ func (e *Engine) written(ctx context.Context, m *broker.Message, p *recording, f
 	case p.release != nil:
 		p.released = e.confirmReleasing(ctx, p.confirm, *p.release)
 	case p.confirm != "":
-		e.once.Confirm(ctx, p.confirm)
+		e.confirm(ctx, p.confirm)
 	}
 	return ack
 }
@@ -361,6 +371,9 @@ func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) br
 		},
 		Encode: kept.encode,
 		Decode: decodeKept,
+		Keep: func(ctx context.Context, k kept, b []byte) error {
+			return r.keep(ctx, a, key, k, b)
+		},
 		CarryOut: func(ctx context.Context, k kept) error {
 			if at := r.arrivesAt(d, k); at != nil {
 				return r.arriveHere(ctx, a, at, k)
@@ -368,6 +381,12 @@ func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) br
 			return r.e.carryOut(ctx, r.spec.Name, d.m.RunID, k)
 		},
 	})
+	if done.Err != nil {
+		// What was recorded with the result said the run went on: the
+		// outcome is another (its events are built anew), and the key is
+		// not to be confirmed, so that a redelivery sends its result.
+		a.kept, a.early, a.confirm = false, nil, ""
+	}
 	if ack, settled := r.e.unsettled(done, a.setBusy); settled {
 		return ack
 	}
@@ -389,8 +408,50 @@ func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) br
 	case done.Err != nil:
 		return r.notCarriedOut(ctx, a, done.Result, done.Err)
 	}
-	r.carried(a, key, done.Result)
+	if !a.kept {
+		r.carried(a, key, done.Result)
+	}
 	return broker.Accept()
+}
+
+// keep keeps what the step came to (k, encoded b) under key in the
+// journal writer's next batch and waits until it is written. When what
+// follows cannot change what the journal says of the delivery (a hop
+// sent on, the run completed or ended there: see recordsWithKeep), the
+// events recorded for the delivery accepted go in the same batch, so that
+// the step costs one commit where the result and the events took two, and
+// a run that completed or ended there has its key confirmed in it too:
+// nothing is left to carry out.
+func (r *stepRunner) keep(ctx context.Context, a *stepAttempt, key string, k kept, b []byte) error {
+	if !r.recordsWithKeep(a, k) {
+		return r.e.writer.Keep(ctx, journal.Kept{Key: key, Result: b})
+	}
+	r.carried(a, key, k)
+	a.expect = broker.OutcomeLabelAccepted
+	a.early = r.outcome(ctx, a, a.settlement(r.queue, a.d.m))
+	over := k.kind == keptDone || k.kind == keptEnded
+	if err := r.e.writer.Keep(ctx, journal.Kept{Key: key, Result: b, Confirmed: over}, a.early...); err != nil {
+		return err
+	}
+	a.kept = true
+	if over {
+		a.confirm = ""
+	}
+	return nil
+}
+
+// recordsWithKeep says whether a's events can be recorded with the
+// step's result k: the step's message is then accepted with nothing more
+// to record, whatever happens next (a hop that fails records its own
+// events, in their place). Not for a step of a branch, a fork's join, a
+// limited step (whose confirm gives its place back) or a child run going
+// back to its parent: what those carry out decides what they record.
+func (r *stepRunner) recordsWithKeep(a *stepAttempt, k kept) bool {
+	switch {
+	case a.d.branch != nil || a.joined != nil || r.spec.Fork != nil, r.spec.Limit != nil || r.spec.Rate != nil:
+		return false
+	}
+	return k.kind == keptHop || k.kind == keptDone || k.kind == keptEnded
 }
 
 // unsettled says what the outcomes of a unit that have nothing to do with

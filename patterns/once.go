@@ -112,6 +112,14 @@ type Unit[R any] struct {
 	// key, and back.
 	Encode func(R) ([]byte, error)
 	Decode func([]byte) (R, error)
+	// Keep, when set, keeps what Do produced (r, and b, what Encode made
+	// of it) under Key in place of the store's Complete, so that the
+	// caller can write it with writes of its own in one commit (the engine
+	// keeps a step's result with its journal events). An error is a keep
+	// that failed, as Complete's is: logged, and r carried out all the
+	// same. Not used for an InTx unit, whose result is kept in its
+	// transaction.
+	Keep func(ctx context.Context, r R, b []byte) error
 	// CarryOut carries out what Do produced, or what an earlier delivery
 	// kept; it may run again for the same R (a redelivery), so what it
 	// sends keeps its message ids.
@@ -262,12 +270,16 @@ func again[R any](ctx context.Context, o *Once, u Unit[R], d Done[R]) Done[R] {
 	return d
 }
 
-// keep keeps what the work produced under its key, and says whether it is
-// kept (or was nothing to keep). A store that fails is logged and the
-// result still carried out.
+// keep keeps what the work produced under its key (through the unit's
+// Keep, when it has one), and says whether it is kept (or was nothing to
+// keep). A store that fails is logged and the result still carried out.
 func keep[R any](ctx context.Context, o *Once, u Unit[R], r R) bool {
 	b, err := u.Encode(r)
 	switch {
+	case err == nil && u.Keep != nil:
+		sctx, cancel := o.bounded(ctx)
+		err = u.Keep(sctx, r, b)
+		cancel()
 	case err == nil && b == nil:
 		return true
 	case err == nil && o.results == nil:

@@ -32,7 +32,7 @@ func BenchmarkFlowRabbit(b *testing.B) {
 	}
 	b.Run("engine", func(b *testing.B) {
 		reportFlow(b, func(ctx context.Context) (benchmark.Measurement, error) {
-			return benchmark.FlowEngine(ctx, cfg(b), false)
+			return benchmark.FlowEngine(ctx, cfg(b), benchmark.InMemory)
 		})
 	})
 	// The same with the run journal on PostgreSQL (issue 11: at least 0.7
@@ -44,7 +44,19 @@ func BenchmarkFlowRabbit(b *testing.B) {
 		reportFlow(b, func(ctx context.Context) (benchmark.Measurement, error) {
 			c := cfg(b)
 			c.DB = db
-			return benchmark.FlowEngine(ctx, c, true)
+			return benchmark.FlowEngine(ctx, c, benchmark.JournalOnPostgres)
+		})
+	})
+	// Both the journal and the idempotency store on PostgreSQL, as
+	// `acemq-flow worker --database-url` keeps them (issue 25).
+	b.Run("engine-pg", func(b *testing.B) {
+		db, err := pgxpool.New(b.Context(), testenv.DatabaseURL(b))
+		require.NoError(b, err)
+		b.Cleanup(db.Close)
+		reportFlow(b, func(ctx context.Context) (benchmark.Measurement, error) {
+			c := cfg(b)
+			c.DB = db
+			return benchmark.FlowEngine(ctx, c, benchmark.AllOnPostgres)
 		})
 	})
 	b.Run("plain", func(b *testing.B) {

@@ -45,7 +45,7 @@ func Fanout(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	cfg.step(fmt.Sprintf("fanout: %d runs of a one-step flow", n))
 	one, onePeak, err := withPeakRSS(func() (Measurement, error) {
-		return engineRuns(ctx, cfg, allOnPostgres, []string{"ship"}, n, keyLimit{})
+		return engineRuns(ctx, cfg, AllOnPostgres, []string{"ship"}, n, keyLimit{})
 	})
 	if err != nil {
 		return nil, err
@@ -79,7 +79,7 @@ func FanoutEngine(ctx context.Context, cfg Config, items int) (_ Measurement, er
 		return Measurement{}, err
 	}
 	defer s.close(ctx, &err)
-	eng, err := s.engine(ctx, allOnPostgres)
+	eng, err := s.engine(ctx, AllOnPostgres)
 	if err != nil {
 		return Measurement{}, err
 	}

@@ -63,7 +63,7 @@ func Flow(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	cfg.step("flow: engine, journal in memory")
-	mem, err := FlowEngine(ctx, cfg, false)
+	mem, err := FlowEngine(ctx, cfg, InMemory)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func Flow(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	if cfg.DB != nil {
 		cfg.step("flow: engine, journal on PostgreSQL")
-		pg, err := FlowEngine(ctx, cfg, true)
+		pg, err := FlowEngine(ctx, cfg, JournalOnPostgres)
 		if err != nil {
 			return nil, err
 		}
@@ -111,19 +111,19 @@ func Flow(ctx context.Context, cfg Config) ([]Result, error) {
 // a worker on cfg.URL, with the run journal on cfg.DB when onPostgres (in
 // memory otherwise) and the idempotency store in memory. Latencies are
 // from a run's start to its last step.
-func FlowEngine(ctx context.Context, cfg Config, onPostgres bool) (Measurement, error) {
-	journal := inMemory
-	if onPostgres {
-		journal = journalOnPostgres
-	}
-	return engineRuns(ctx, cfg, journal, []string{"validate", "charge", "ship"}, cfg.N, keyLimit{})
+func FlowEngine(ctx context.Context, cfg Config, stores Stores) (Measurement, error) {
+	return engineRuns(ctx, cfg, stores, []string{"validate", "charge", "ship"}, cfg.N, keyLimit{})
 }
 
-// Where engineRuns keeps the run journal and the idempotency store.
+// Stores says where an engine keeps its run journal and idempotency store.
+type Stores int
+
+// Where FlowEngine (and engineRuns) keeps the run journal and the
+// idempotency store.
 const (
-	inMemory          = iota // both in memory
-	journalOnPostgres        // the journal on cfg.DB, the store in memory
-	allOnPostgres            // both on cfg.DB, as workers that share them keep them
+	InMemory          Stores = iota // both in memory
+	JournalOnPostgres               // the journal on cfg.DB, the store in memory
+	AllOnPostgres                   // both on cfg.DB, as workers that share them keep them
 )
 
 // keyLimit puts a ConcurrencyKey on engineRuns' steps: at most n runs of
@@ -133,7 +133,7 @@ type keyLimit struct{ keys, n int }
 // engineRuns runs n runs of a flow of the named steps, each passing its
 // payload on, as FlowEngine describes, with the journal and store where
 // where says, and the steps limited as lim says.
-func engineRuns(ctx context.Context, cfg Config, where int, steps []string, n int, lim keyLimit) (_ Measurement, err error) {
+func engineRuns(ctx context.Context, cfg Config, where Stores, steps []string, n int, lim keyLimit) (_ Measurement, err error) {
 	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
 		return Measurement{}, err
@@ -185,13 +185,13 @@ func engineRuns(ctx context.Context, cfg Config, where int, steps []string, n in
 // engine is an engine on a connection of the scope's own, with
 // FlowConcurrency handlers per step and the journal and store where where
 // says; it closes when the scope ends.
-func (s *scope) engine(ctx context.Context, where int) (*engine.Engine, error) {
+func (s *scope) engine(ctx context.Context, where Stores) (*engine.Engine, error) {
 	conn, err := s.open(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ecfg := engine.Config{Conn: conn, Concurrency: FlowConcurrency, Logger: s.cfg.Logger}
-	if where != inMemory {
+	if where != InMemory {
 		t, err := s.migratedTables(ctx)
 		if err != nil {
 			return nil, err
@@ -199,7 +199,7 @@ func (s *scope) engine(ctx context.Context, where int) (*engine.Engine, error) {
 		if ecfg.Journal, err = persistence.NewSQLJournal(s.cfg.DB, persistence.SQLJournalConfig{Tables: t}); err != nil {
 			return nil, fmt.Errorf("run journal: %w", err)
 		}
-		if where == allOnPostgres {
+		if where == AllOnPostgres {
 			if ecfg.Store, err = persistence.NewSQLIdempotencyStore(s.cfg.DB, persistence.SQLIdempotencyStoreConfig{Tables: t}); err != nil {
 				return nil, fmt.Errorf("idempotency store: %w", err)
 			}

@@ -38,7 +38,7 @@ func Limits(ctx context.Context, cfg Config) ([]Result, error) {
 			lim, side, what = keyLimit{keys: LimitKeys, n: LimitPlaces}, &keyed, fmt.Sprintf("runs, the step with a ConcurrencyKey over %d keys", LimitKeys)
 		}
 		cfg.step(fmt.Sprintf("limits: %d %s (%d of 4)", n, what, i+1))
-		m, err := engineRuns(ctx, cfg, allOnPostgres, []string{"ship"}, n, lim)
+		m, err := engineRuns(ctx, cfg, AllOnPostgres, []string{"ship"}, n, lim)
 		if err != nil {
 			return nil, err
 		}

@@ -56,6 +56,8 @@ var funcs = template.FuncMap{
 	"isZero": func(t time.Time) bool { return t.IsZero() },
 	// ago is how long before the first time the second was.
 	"ago": ago,
+	// rung is a ladder's queue without the ladder's name: "1h", "due".
+	"rung": func(ladder, queue string) string { return strings.TrimPrefix(queue, ladder+".") },
 	// secs is a fleet.Seconds as dur shows a duration.
 	"secs": func(s fleet.Seconds) string { return human(time.Duration(s)) },
 	"dec":  func(n int) int { return n - 1 },

@@ -37,6 +37,8 @@ type Consumer struct {
 	abort      context.CancelFunc
 	stopping   atomic.Bool
 	done       chan struct{}
+	// inFlight counts the deliveries this consumer holds (InFlight).
+	inFlight atomic.Int64
 	// settling counts the deliveries waiting in BeforeSettle's function
 	// off their handler's slot.
 	settling sync.WaitGroup
@@ -158,13 +160,25 @@ func (k *Consumer) subscribe(ctx context.Context) error {
 
 func (k *Consumer) work() {
 	for d := range k.sub.Deliveries() {
-		k.conn.inFlight.Add(1)
+		k.hold(1)
 		if !k.requeueIfStopping(d) {
 			k.handle(d)
 		}
-		k.conn.inFlight.Add(-1)
+		k.hold(-1)
 	}
 }
+
+// hold counts n more (or, negative, fewer) deliveries held by the consumer
+// and by its connection.
+func (k *Consumer) hold(n int64) {
+	k.conn.inFlight.Add(n)
+	k.inFlight.Add(n)
+}
+
+// InFlight is how many deliveries the consumer holds now: taken off the
+// transport and not yet done with (its handler running, or its
+// settlement), as Conn.InFlight counts them for the whole connection.
+func (k *Consumer) InFlight() int { return int(k.inFlight.Load()) }
 
 // requeueIfStopping hands back a delivery that arrived after Cancel began,
 // rather than starting a handler the deadline may not let finish. A stream
@@ -256,10 +270,10 @@ func (k *Consumer) processMessage(d *transport.Delivery, m *Message, err error, 
 			// there is no BeforeSettle.
 			later, handled := s, ack
 			k.settling.Add(1)
-			k.conn.inFlight.Add(1)
+			k.hold(1)
 			go func() {
 				defer k.settling.Done()
-				defer k.conn.inFlight.Add(-1)
+				defer k.hold(-1)
 				k.finish(ctx, span, d, m, k.beforeSettle(ctx, m, handled), &later)
 			}()
 			return

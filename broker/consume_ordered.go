@@ -30,7 +30,7 @@ func (k *Consumer) startOrdered(workers *sync.WaitGroup) {
 				if !k.requeueIfStopping(j.d) {
 					k.processMessage(j.d, j.m, j.err, j.start, true)
 				}
-				k.conn.inFlight.Add(-1)
+				k.hold(-1)
 				if j.key != "" {
 					done <- j.key
 				}
@@ -50,7 +50,7 @@ func (k *Consumer) startOrdered(workers *sync.WaitGroup) {
 					deliveries = nil
 					continue
 				}
-				k.conn.inFlight.Add(1)
+				k.hold(1)
 				j := orderedJob{d: d, start: k.conn.now()}
 				j.m, j.err = k.message(d, j.start)
 				if j.err == nil {

@@ -38,6 +38,14 @@ type LadderStats struct {
 	// Unstuck is messages the rung watch moved on because the broker kept
 	// them in a rung past their due time instead of expiring them.
 	Unstuck int64
+	// LastLateness is how late past its due time the last message
+	// delivered was (zero before the first).
+	LastLateness time.Duration
+	// Late counts the messages delivered by how late they were: Late[i]
+	// those at most LatenessBounds()[i] late (and later than the bound
+	// before), the last those later than every bound. LatenessQuantile
+	// reads a quantile of the deliveries between two LadderStats.
+	Late [LatenessBuckets]int64
 }
 
 type ladder struct {
@@ -55,6 +63,8 @@ type ladder struct {
 	watched   chan struct{}
 
 	scheduledN, delivered, hops, malformed, unstuck atomic.Int64
+	// late counts the deliveries by lateness, for LadderStats.
+	late lateness
 }
 
 func newLadder(c *Conn, name string) *ladder {
@@ -68,10 +78,12 @@ func (c *Conn) Ladder() string { return c.ladder.name }
 // LadderStats reports the ladder counters of this connection.
 func (c *Conn) LadderStats() LadderStats {
 	l := c.ladder
-	return LadderStats{
+	s := LadderStats{
 		Scheduled: l.scheduledN.Load(), Delivered: l.delivered.Load(),
 		Hops: l.hops.Load(), Malformed: l.malformed.Load(), Unstuck: l.unstuck.Load(),
 	}
+	l.late.read(&s)
+	return s
 }
 
 // DeclareLadder declares the ladder's exchange and queues without starting
@@ -241,6 +253,7 @@ func (l *ladder) move(parent context.Context, d *transport.Delivery) {
 		err = l.conn.send(ctx, Outgoing{Exchange: exchange, RoutingKey: key, Mandatory: true, Message: out})
 		if err == nil {
 			l.delivered.Add(1)
+			l.late.add(-remaining)
 			l.conn.tel.lateness.Record(ctx, -remaining.Seconds(), l.latenessAttrs...)
 		} else if Refused(err) {
 			// The target refused it (nothing bound yet, a full queue, a

@@ -87,6 +87,22 @@ type Config struct {
 	// queues' delivery-limit policy, or the broker dead-letters such a
 	// message first, and the journal does not hear of it.
 	DeliveryLimit int
+	// Heartbeat is how often a worker reports itself to the journal, when
+	// the journal keeps workers' reports (journal.WorkerStore: both
+	// shipped journals do): the fleet view (package engine/fleet) lists
+	// the workers from these reports, and shows one lost once
+	// journal.LostAfter intervals passed without one. A report is one
+	// statement per interval, never one per message. 0 =
+	// DefaultHeartbeat; negative = no reports.
+	Heartbeat time.Duration
+	// Readiness, when set, is what a worker's reports say of its
+	// readiness: the checks its process's /readyz runs, run when each
+	// report is made (observe.ReportReadiness gives such a function). nil
+	// = the one check "worker": its consumers run (Worker.Err).
+	Readiness func(ctx context.Context, w *Worker) []journal.Check
+	// Build is the version of the binary the workers run, which their
+	// reports carry ("" = none).
+	Build string
 	// CronAlone runs the cron triggers without a CronGuard, on this
 	// worker alone: it holds a lock on the broker (an exclusive consumer on
 	// <flow>.cron-lock), and a second worker asking for it is refused with
@@ -161,6 +177,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Housekeeping == 0 {
 		cfg.Housekeeping = DefaultHousekeeping
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = DefaultHeartbeat
 	}
 	if cfg.DeliveryLimit == 0 {
 		cfg.DeliveryLimit = DefaultDeliveryLimit

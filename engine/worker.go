@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/acemq/acemq-flow/broker"
@@ -22,6 +23,13 @@ type Worker struct {
 	e         *Engine
 	flows     []string
 	consumers []*broker.Consumer
+	// queues are the consumers of steps and compensations, with whose
+	// they are, for the heartbeat.
+	queues []workedQueue
+	// hb reports the worker to the journal (nil: it makes no reports);
+	// draining is set once Close began.
+	hb       *heartbeat
+	draining atomic.Bool
 
 	// bgCtx ends when the worker closes; background runs the worker's
 	// own goroutines (housekeeping, cron triggers), waited for by Close.
@@ -44,6 +52,14 @@ type Worker struct {
 // what is where), and each flow's version is recorded in the journal
 // otherwise; if any consumer cannot start, those already
 // started are stopped and the error returned.
+//
+// A worker on a journal that keeps workers' reports (journal.WorkerStore)
+// reports itself when it started and every Config.Heartbeat: its flows and
+// their versions, its readiness (Config.Readiness), the deliveries its
+// handlers hold per queue and its ladder's lateness; no report is made per
+// message. Close removes the report; a worker that died is shown lost
+// (journal.WorkerReport.Lost) and its report pruned after
+// WorkerReportRetention.
 func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, error) {
 	var fs []*flow
 	if len(flows) == 0 {
@@ -96,6 +112,7 @@ func (e *Engine) StartWorker(ctx context.Context, flows ...string) (*Worker, err
 		return nil, err
 	}
 	w.startHousekeeping()
+	w.startHeartbeat(fs)
 	w.background.Go(func() { w.tidier.run(w.bgCtx) })
 	w.background.Go(func() { w.followCancels(w.bgCtx) })
 	if w.e.limits != nil && slices.ContainsFunc(fs, (*flow).limited) {
@@ -225,7 +242,7 @@ func (w *Worker) consume(ctx context.Context, f *flow) error {
 		}
 	}
 	n := &nowRunner{e: e, f: f}
-	return w.start(ctx, f.compensateNowQueue(), n.handle, broker.Existing(), broker.WithRetry(*e.cfg.Retry),
+	return w.start(ctx, nil, f.compensateNowQueue(), n.handle, broker.Existing(), broker.WithRetry(*e.cfg.Retry),
 		broker.WithCodec(f.codec), broker.OnSettle(n.settled), broker.LogTo(e.log.With(slog.String("flow", f.name))))
 }
 
@@ -253,7 +270,7 @@ func (w *Worker) consumeStep(ctx context.Context, r *stepRunner, olds []string) 
 		if key := f.orderKey(s, e); key != nil {
 			opts = append(opts, broker.OrderBy(key))
 		}
-		if err := w.start(ctx, r.queue, r.handle, opts...); err != nil {
+		if err := w.start(ctx, &workedQueue{flow: f.name, step: s.Name}, r.queue, r.handle, opts...); err != nil {
 			return err
 		}
 	}
@@ -271,7 +288,7 @@ func (w *Worker) consumeCompensation(ctx context.Context, c *compRunner, olds []
 			old.queue = q
 			c = &old
 		}
-		if err := w.start(ctx, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
+		if err := w.start(ctx, &workedQueue{flow: f.name, step: s.Name, compensation: true}, c.queue, c.handle, broker.Existing(), broker.WithRetry(c.policy),
 			broker.Prefetch(f.prefetch(s, e.cfg)), broker.Concurrency(f.concurrency(s, e.cfg)),
 			broker.WithCodec(f.codec), broker.OnSettle(c.settled), broker.BeforeSettle(beforeSettle(e, f.name, s.Name, c.queue, c.outcome)),
 			broker.LogTo(e.log.With(slog.String("flow", f.name), slog.String("step", s.Name))), broker.SetAsideLogLevel(slog.LevelDebug)); err != nil {
@@ -281,12 +298,18 @@ func (w *Worker) consumeCompensation(ctx context.Context, c *compRunner, olds []
 	return nil
 }
 
-func (w *Worker) start(ctx context.Context, queue string, h broker.Handler, opts ...broker.ConsumeOption) error {
+// start consumes queue with h; q, when not nil, says whose step or
+// compensation it is, for the heartbeat.
+func (w *Worker) start(ctx context.Context, q *workedQueue, queue string, h broker.Handler, opts ...broker.ConsumeOption) error {
 	c, err := w.e.conn.Consume(ctx, queue, h, opts...)
 	if err != nil {
 		return fmt.Errorf("work %q: %w", queue, err)
 	}
 	w.consumers = append(w.consumers, c)
+	if q != nil {
+		q.c = c
+		w.queues = append(w.queues, *q)
+	}
 	return nil
 }
 
@@ -341,10 +364,15 @@ func (w *Worker) Err() error {
 // Close drains the worker: every consumer stops taking deliveries, lets its
 // in-flight steps finish and settles them, all under one deadline (ctx's,
 // or the engine's CloseTimeout when ctx has none); deliveries not started go
-// back to their queues. Then what the journal writer holds is flushed.
-// Idempotent.
+// back to their queues. Then what the journal writer holds is flushed, and
+// the worker's report removed from the journal (it reports itself
+// draining meanwhile). Idempotent.
 func (w *Worker) Close(ctx context.Context) error {
 	w.closeOnce.Do(func() {
+		w.draining.Store(true)
+		if w.hb != nil {
+			w.hb.draining()
+		}
 		w.stopBg()
 		w.background.Wait()
 		if _, ok := ctx.Deadline(); !ok {
@@ -360,6 +388,9 @@ func (w *Worker) Close(ctx context.Context) error {
 		wg.Wait()
 		if err := w.e.writer.Flush(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			errs = append(errs, err)
+		}
+		if w.hb != nil {
+			w.hb.close(ctx)
 		}
 		w.closeErr = errors.Join(errs...)
 	})

@@ -51,6 +51,8 @@ type SQLJournal struct {
 	limitSQL limitStatements
 	// versionSQL are the VersionStore statements.
 	versionSQL versionStatements
+	// workerSQL are the WorkerStore statements.
+	workerSQL workerStatements
 	// releases batches the limits' releases (group commit).
 	releases   group[*limitReq]
 	retention  time.Duration
@@ -80,7 +82,7 @@ func NewSQLJournal(db DB, cfg SQLJournalConfig) (*SQLJournal, error) {
 	if cfg.Retention < 0 || cfg.PurgeBatch < 0 {
 		return nil, fmt.Errorf("%w: journal: negative retention %s or purge batch %d", broker.ErrInvalidOption, cfg.Retention, cfg.PurgeBatch)
 	}
-	j := &SQLJournal{db: db, t: t, sql: renderJournalStatements(t), dataSQL: renderDataStatements(t), joinSQL: renderJoinStatements(t), limitSQL: renderLimitStatements(t), versionSQL: renderVersionStatements(t), retention: cfg.Retention, purgeBatch: cfg.PurgeBatch}
+	j := &SQLJournal{db: db, t: t, sql: renderJournalStatements(t), dataSQL: renderDataStatements(t), joinSQL: renderJoinStatements(t), limitSQL: renderLimitStatements(t), versionSQL: renderVersionStatements(t), workerSQL: renderWorkerStatements(t), retention: cfg.Retention, purgeBatch: cfg.PurgeBatch}
 	if j.purgeBatch == 0 {
 		j.purgeBatch = DefaultPurgeBatch
 	}

@@ -33,6 +33,7 @@ const (
 	DefaultRatesTable         = "acemq_rates"
 	DefaultRateTurnsTable     = "acemq_rate_turns"
 	DefaultFlowVersionsTable  = "acemq_flow_versions"
+	DefaultWorkersTable       = "acemq_workers"
 )
 
 // maxTableName leaves room under PostgreSQL's 63-byte identifier limit for
@@ -86,6 +87,9 @@ type Tables struct {
 	// their steps and when they were first and last seen
 	// (journal.VersionStore), one row each.
 	FlowVersions string
+	// Workers holds the workers' latest reports of themselves
+	// (journal.WorkerStore), one row each.
+	Workers string
 }
 
 // PrefixedTables names every table prefix followed by its default name's
@@ -106,7 +110,7 @@ func PrefixedTables(prefix string) Tables {
 func (t *Tables) pointers() []*string {
 	return []*string{&t.Migrations, &t.Outbox, &t.Idempotency, &t.Schemas, &t.SchemaCounter,
 		&t.Runs, &t.RunEvents, &t.RunData, &t.CronFires, &t.RunJoins, &t.RunBranches, &t.RunItems,
-		&t.Limits, &t.LimitSlots, &t.Rates, &t.RateTurns, &t.FlowVersions}
+		&t.Limits, &t.LimitSlots, &t.Rates, &t.RateTurns, &t.FlowVersions, &t.Workers}
 }
 
 // Names lists every table t names (defaults filled in), the migrations
@@ -148,7 +152,7 @@ func (t Tables) fields() []tableField {
 		{"runs", t.Runs}, {"run events", t.RunEvents}, {"run data", t.RunData}, {"cron fires", t.CronFires},
 		{"run joins", t.RunJoins}, {"run branches", t.RunBranches}, {"run items", t.RunItems},
 		{"limits", t.Limits}, {"limit slots", t.LimitSlots}, {"rates", t.Rates}, {"rate turns", t.RateTurns},
-		{"flow versions", t.FlowVersions},
+		{"flow versions", t.FlowVersions}, {"workers", t.Workers},
 	}
 }
 
@@ -175,6 +179,7 @@ func (t Tables) withDefaults() Tables {
 	def(&t.Rates, DefaultRatesTable)
 	def(&t.RateTurns, DefaultRateTurnsTable)
 	def(&t.FlowVersions, DefaultFlowVersionsTable)
+	def(&t.Workers, DefaultWorkersTable)
 	return t
 }
 
@@ -223,5 +228,6 @@ func (t Tables) render(sql string) string {
 		"{{rates}}", q(t.Rates),
 		"{{rate_turns}}", q(t.RateTurns),
 		"{{flow_versions}}", q(t.FlowVersions),
+		"{{workers}}", q(t.Workers),
 	).Replace(sql)
 }

@@ -43,7 +43,7 @@ const csrfHeader = "X-CSRF-Token"
 // APIError is the body of an API answer that failed: what went wrong, and
 // a code a script can switch on ("not_found", "conflict", "bad_request",
 // "unauthorized", "forbidden", "read_only", "csrf", "throttled",
-// "journal_unavailable", "engine_error", and the engine's refusals:
+// "journal_unavailable", "unavailable", "engine_error", and the engine's refusals:
 // "not_replayable", "not_compensable", "run_ended", "unknown_flow",
 // "invalid_payload", "no_such_wait", "message_not_found").
 type APIError struct {
@@ -118,6 +118,7 @@ func (d *Dashboard) routeAPI() {
 	d.mux.Handle("GET /api/runs/{id}", d.apiRead(d.apiRun))
 	d.mux.Handle("GET /api/runs/{id}/timeline", d.apiRead(d.apiTimeline))
 	d.mux.Handle("GET /api/failed", d.apiRead(d.apiFailed))
+	d.mux.Handle("GET /api/fleet", d.apiRead(d.apiFleet))
 	for name, do := range map[string]func(context.Context, string, actionRequest) (any, error){
 		"replay": d.doReplay, "compensate": d.doCompensate, "cancel": d.doCancel, "signal": d.doSignal,
 	} {

@@ -199,6 +199,7 @@ func New(cfg Config) (*Dashboard, error) {
 	d.mux.Handle("POST /failed/replay", d.action(d.replayGroup))
 	d.mux.Handle("GET /failed/replay/{id}", d.page(d.groupReplayPage))
 	d.mux.Handle("GET /charts", d.page(d.charts))
+	d.mux.Handle("GET /fleet", d.page(d.fleet))
 	d.mux.Handle("GET /flows", d.page(d.flowsList))
 	d.mux.Handle("GET /flows/{flow}", d.page(d.flowPage))
 	d.mux.Handle("POST /flows/{flow}/start", d.action(d.startRun))

@@ -46,6 +46,14 @@
 //   - /charts draws runs started, finished and failed per minute and the
 //     p50 and p99 of each step's time over the last hour, from the journal,
 //     as SVG rendered on the server.
+//   - /fleet is the fleet (package engine/fleet): the workers that report
+//     themselves to the journal, each up, draining or lost, ready or not
+//     and why, with its version, its flows' versions, what its handlers
+//     hold and when it last reported; per step the messages in its queue,
+//     in flight, in its dead-letter and parked queues, and its consumers;
+//     and the scheduler ladder's backlog per rung and its lateness. The
+//     depths are asked of the broker of the dashboard's engine (none
+//     without one). It reloads itself every five seconds.
 //
 // The pages are html/template with a little JavaScript (local times,
 // refreshing a run that is still moving) and no build step; their assets
@@ -97,7 +105,8 @@
 // runs list's search, failedGroups, redact) and the same token: GET
 // /api/runs (flow, status, window, q or search, limit up to MaxAPILimit,
 // cursor: APIRuns), /api/runs/{id} (a journal.Run), /api/runs/{id}/timeline
-// (APITimeline), /api/failed (flow, window: APIFailed), and POST
+// (APITimeline), /api/failed (flow, window: APIFailed), /api/fleet (the
+// fleet.View /fleet shows), and POST
 // /api/runs/{id}/replay, /compensate, /cancel, /signal and
 // /api/flows/{flow}/start, each with an APIActionRequest body, answering an
 // APIAction (start: 201). A failure is an APIError with its status: 400,

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/acemq/acemq-flow/engine"
+	"github.com/acemq/acemq-flow/engine/fleet"
 	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/engine/timeline"
 )
@@ -21,7 +22,7 @@ import (
 // view is what the layout renders around a page.
 type view struct {
 	// Nav is the page's entry in the navigation ("runs", "failed",
-	// "charts").
+	// "charts", "fleet", "flows").
 	Nav   string
 	Title string
 	// Refresh, when positive, reloads the page that many seconds later
@@ -53,7 +54,13 @@ var funcs = template.FuncMap{
 		return string(r[:n]) + "…"
 	},
 	"isZero": func(t time.Time) bool { return t.IsZero() },
-	"dec":    func(n int) int { return n - 1 },
+	// ago is how long before the first time the second was.
+	"ago": ago,
+	// rung is a ladder's queue without the ladder's name: "1h", "due".
+	"rung": func(ladder, queue string) string { return strings.TrimPrefix(queue, ladder+".") },
+	// secs is a fleet.Seconds as dur shows a duration.
+	"secs": func(s fleet.Seconds) string { return human(time.Duration(s)) },
+	"dec":  func(n int) int { return n - 1 },
 	// child is the run id of the child run an event started ("" for none).
 	"child": func(e journal.Event) string {
 		if run, ok := timeline.Child(e); ok {

@@ -33,9 +33,14 @@ type Memory struct {
 	limits memLimits
 	// versions are the flow versions served (VersionStore), under mu.
 	versions memVersions
+	// workers are the workers' reports (WorkerStore), under mu.
+	workers memWorkers
 }
 
-var _ StepInputs = (*Memory)(nil)
+var (
+	_ StepInputs  = (*Memory)(nil)
+	_ WorkerStore = (*Memory)(nil)
+)
 
 type memRun struct {
 	run    Run

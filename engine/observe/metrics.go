@@ -256,11 +256,9 @@ func (m *Metrics) registerReadiness(checks []Check) error {
 		attrs[i] = metric.WithAttributes(attribute.String("check", c.Name))
 	}
 	_, err = m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		ctx, cancel := context.WithTimeout(ctx, DefaultCheckTimeout)
-		defer cancel()
-		for i, c := range checks {
+		for i, c := range Results(ctx, checks, DefaultCheckTimeout) {
 			v := int64(1)
-			if c.Run(ctx) != nil || ctx.Err() != nil {
+			if c.Error != "" {
 				v = 0
 			}
 			o.ObserveInt64(ready, v, attrs[i])

@@ -74,19 +74,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // ready runs every check and answers 200 when all hold, 503 otherwise,
 // with one line per check either way.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.CheckTimeout)
-	defer cancel()
 	var b strings.Builder
 	status := http.StatusOK
-	for _, c := range s.cfg.Checks {
-		err := c.Run(ctx)
-		if err == nil && ctx.Err() != nil {
-			err = fmt.Errorf("checks took longer than %s", s.cfg.CheckTimeout)
-		}
-		if err != nil {
+	for _, c := range Results(r.Context(), s.cfg.Checks, s.cfg.CheckTimeout) {
+		if c.Error != "" {
 			status = http.StatusServiceUnavailable
 			// One line per check: a joined error's lines are run together.
-			fmt.Fprintf(&b, "%s: %s\n", c.Name, strings.ReplaceAll(err.Error(), "\n", "; "))
+			fmt.Fprintf(&b, "%s: %s\n", c.Name, strings.ReplaceAll(c.Error, "\n", "; "))
 			continue
 		}
 		fmt.Fprintf(&b, "%s: ok\n", c.Name)
@@ -140,13 +134,14 @@ var errNotStarted = errors.New("worker not started yet (declaring topology, star
 // closing).
 func (g *WorkerGate) Set(w *engine.Worker) { g.w.Store(w) }
 
-// Check is the gate as a readiness check named "worker".
+// Check is the gate as a readiness check named "worker": WorkerCheck
+// of the gate's worker once it has one.
 func (g *WorkerGate) Check() Check {
-	return Check{Name: "worker", Run: func(context.Context) error {
+	return Check{Name: CheckWorker, Run: func(ctx context.Context) error {
 		w := g.w.Load()
 		if w == nil {
 			return errNotStarted
 		}
-		return w.Err()
+		return WorkerCheck(w).Run(ctx)
 	}}
 }

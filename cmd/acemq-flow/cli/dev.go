@@ -110,7 +110,7 @@ func (a *app) openDevSession(cmd *cobra.Command) (_ *session, err error) {
 	if s.conn, err = a.openWith(cmd, EmbeddedURL, broker.Config{}); err != nil {
 		return nil, err
 	}
-	if s.eng, err = engine.New(engine.Config{Conn: s.conn}); err != nil {
+	if s.eng, err = engine.New(engine.Config{Conn: s.conn, Build: Version}); err != nil {
 		return nil, err
 	}
 	if err := s.eng.Register(a.flows...); err != nil {

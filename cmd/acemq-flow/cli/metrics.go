@@ -74,15 +74,9 @@ func (o *observer) run(ctx context.Context, s *session, fn func(started func(*en
 	if err := errors.Join(o.metrics.ObserveLadder(s.conn), o.metrics.ObserveFlows(s.eng)); err != nil {
 		return err
 	}
-	checks := []observe.Check{observe.BrokerCheck(s.conn), o.gate.Check()}
-	if s.db != nil {
-		checks = append(checks, observe.Check{Name: "database", Run: func(ctx context.Context) error {
-			if err := s.db.Ping(ctx); err != nil {
-				return databaseError(err)
-			}
-			return nil
-		}})
-	}
+	// The broker's, the worker's, then the database's.
+	base := s.readinessChecks()
+	checks := append([]observe.Check{base[0], o.gate.Check()}, base[1:]...)
 	if err := o.metrics.ObserveReadiness(checks...); err != nil {
 		return err
 	}

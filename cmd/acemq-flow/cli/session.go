@@ -14,6 +14,7 @@ import (
 	"github.com/acemq/acemq-flow/broker/rabbitmq"
 	"github.com/acemq/acemq-flow/engine"
 	"github.com/acemq/acemq-flow/engine/enginepg"
+	"github.com/acemq/acemq-flow/engine/observe"
 )
 
 // brokerFlags are the flags of every command that talks to the broker.
@@ -88,6 +89,11 @@ type sessionConfig struct {
 	// claimTimeout is the lease of the shared idempotency store's claims
 	// (worker --claim-timeout; 0 = the store's default).
 	claimTimeout time.Duration
+	// heartbeat is how often a worker reports itself to the journal
+	// (worker --heartbeat; 0 = engine.DefaultHeartbeat); a worker's
+	// reports say what its /readyz checks find (readinessChecks).
+	heartbeat time.Duration
+	worker    bool
 }
 
 // database is how the session opens the stores: the schema only warned
@@ -126,7 +132,10 @@ func (a *app) openSession(cmd *cobra.Command, sc sessionConfig) (_ *session, err
 	if s.conn, err = a.openWith(cmd, sc.broker.url, broker.Config{Ladder: sc.broker.ladder, CloseTimeout: sc.closeTimeout}); err != nil {
 		return nil, err
 	}
-	cfg := engine.Config{Conn: s.conn, CloseTimeout: sc.closeTimeout, CronAlone: sc.cronAlone}
+	cfg := engine.Config{Conn: s.conn, CloseTimeout: sc.closeTimeout, CronAlone: sc.cronAlone, Build: Version, Heartbeat: sc.heartbeat}
+	if sc.worker {
+		cfg.Readiness = observe.ReportReadiness(s.readinessChecks()...)
+	}
 	if s.db != nil {
 		a.warnUnmigrated(cmd.Context(), s.db, s.conn.Logger())
 		// Every worker on the database shares its journal, its claims
@@ -141,6 +150,23 @@ func (a *app) openSession(cmd *cobra.Command, sc sessionConfig) (_ *session, err
 		return nil, fmt.Errorf("register flows: %w", err)
 	}
 	return s, nil
+}
+
+// readinessChecks are what a worker of the session is ready by, besides
+// its own consumers: the broker answers, and the database when there is
+// one. /readyz runs them (with the worker's gate), and so do the worker's
+// reports to the journal.
+func (s *session) readinessChecks() []observe.Check {
+	checks := []observe.Check{observe.BrokerCheck(s.conn)}
+	if s.db != nil {
+		checks = append(checks, observe.Check{Name: "database", Run: func(ctx context.Context) error {
+			if err := s.db.Ping(ctx); err != nil {
+				return databaseError(err)
+			}
+			return nil
+		}})
+	}
+	return checks
 }
 
 // shared says the journal is on the database, so runs other processes

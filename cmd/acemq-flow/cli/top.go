@@ -15,6 +15,8 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/spf13/cobra"
+
+	"github.com/acemq/acemq-flow/engine/fleet"
 )
 
 // DefaultTopFrom is the worker top reads unless told otherwise: the
@@ -39,18 +41,25 @@ func (a *app) topCommand() *cobra.Command {
 		from     []string
 		key      sortKey
 		interval time.Duration
+		bf       brokerFlags
+		output   outputFormat
 	)
 	cmd := &cobra.Command{
 		Use:   "top",
-		Short: "A live view of the workers' flows and steps, read from their /metrics",
+		Short: "A live view of the workers, their flows and steps, their queues and the ladder",
 		Long: "Show, refreshed every --interval, the flows and steps of the workers whose metrics endpoints\n" +
 			"--from names (`acemq-flow worker --metrics-addr`): runs leaving each flow, and steps done, per\n" +
 			"second; failures per second; step functions running now; the 50th and 99th percentiles of\n" +
 			"runs' and steps' durations; and the messages waiting in dead-letter queues. Rates and\n" +
-			"percentiles are over the last ten refreshes, summed over the workers.\n\n" +
+			"percentiles are over the last ten refreshes, summed over the workers. An endpoint that does\n" +
+			"not answer is shown down with its error, and asked again at the next refresh.\n\n" +
+			"With --database-url, the workers as they report themselves to the run journal (up, draining\n" +
+			"or lost, ready or why not, what they hold); with --url, each step's queue depth (QUEUE) and\n" +
+			"dead letters as the broker counts them now, and the scheduler ladder's backlog and lateness:\n" +
+			"the fleet view of the dashboard's /fleet page. Nothing is declared on the broker.\n\n" +
 			"Keys: s (or tab) sorts by the next column, S by the previous, r reverses the order, the\n" +
-			"arrows, PgUp, PgDn, Home and End scroll, q quits. A worker that does not answer is named\n" +
-			"with its error, and asked again at the next refresh.",
+			"arrows, PgUp, PgDn, Home and End scroll, q quits. With -o json, top reads everything twice,\n" +
+			"--interval apart (the rates are over that interval), prints one JSON document and exits.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
@@ -67,10 +76,21 @@ func (a *app) topCommand() *cobra.Command {
 			if len(sources) == 0 {
 				return errors.New("--from: name at least one metrics endpoint, e.g. " + DefaultTopFrom)
 			}
+			f, err := a.openTopFleet(cmd, bf)
+			if err != nil {
+				return err
+			}
+			if f != nil {
+				defer f.close()
+			}
 			// Scrapes still running when top quits stop with it.
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			m := newTopModel(ctx, sources, key, interval)
+			m.fleet = f
+			if output == outputJSON {
+				return topJSON(ctx, cmd, m)
+			}
 			p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithAltScreen(),
 				tea.WithInput(cmd.InOrStdin()), tea.WithOutput(cmd.OutOrStdout()))
 			if _, err := p.Run(); err != nil && ctx.Err() == nil {
@@ -80,8 +100,11 @@ func (a *app) topCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&from, "from", []string{DefaultTopFrom}, "metrics endpoints of the workers, comma-separated: http://host:port (/metrics is added)")
-	cmd.Flags().Var(&key, "sort", "column to sort by first: name, runs, failures, in-flight, p50, p99 or dlq")
+	cmd.Flags().Var(&key, "sort", "column to sort by first: name, runs, failures, in-flight, p50, p99, queue or dlq")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often to read the endpoints")
+	cmd.Flags().StringVar(&bf.url, "url", "", urlUsage+" (optional: the queues' depths and the ladder's backlog come from it)")
+	addLadderFlag(cmd.Flags(), &bf.ladder)
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 
@@ -138,8 +161,14 @@ func scrape(ctx context.Context, client *http.Client, source string) (snapshot, 
 	return parseSnapshot(http.MaxBytesReader(nil, resp.Body, topMaxBody), time.Now())
 }
 
-// scrapedMsg is one refresh: every endpoint's answer, in --from's order.
-type scrapedMsg []scrapeResult
+// scrapedMsg is one refresh: every endpoint's answer, in --from's order,
+// and the fleet (nil without one to read, or when it was not read: err
+// says why).
+type scrapedMsg struct {
+	results  []scrapeResult
+	fleet    *fleet.View
+	fleetErr error
+}
 
 // scrapeResult is one endpoint's answer.
 type scrapeResult struct {
@@ -164,6 +193,11 @@ type topModel struct {
 	// its last failure (nil once it answers again).
 	windows [][]snapshot
 	errs    []error
+	// fleet is where the fleet is read from (nil: nowhere); view is the
+	// last read, viewErr why it was not.
+	fleet   *topFleet
+	view    *fleet.View
+	viewErr error
 	// refreshed is when the last refresh ended (zero before the first).
 	refreshed time.Time
 	rows      []row
@@ -182,15 +216,17 @@ func newTopModel(ctx context.Context, sources []string, key sortKey, interval ti
 // Init starts the first refresh.
 func (m *topModel) Init() tea.Cmd { return m.scrapeAll }
 
-// scrapeAll reads every endpoint at once and reports them together.
+// scrapeAll reads every endpoint, and the fleet, at once and reports
+// them together.
 func (m *topModel) scrapeAll() tea.Msg {
-	out := make(scrapedMsg, len(m.sources))
+	out := scrapedMsg{results: make([]scrapeResult, len(m.sources))}
 	var wg sync.WaitGroup
 	for i, src := range m.sources {
 		wg.Go(func() {
-			out[i].snap, out[i].err = scrape(m.ctx, m.client, src)
+			out.results[i].snap, out.results[i].err = scrape(m.ctx, m.client, src)
 		})
 	}
+	wg.Go(func() { out.fleet, out.fleetErr = m.fleet.read(m.ctx) })
 	wg.Wait()
 	return out
 }
@@ -220,10 +256,11 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
-// record keeps a refresh's snapshots and works the rows out again.
-func (m *topModel) record(results scrapedMsg, now time.Time) {
+// record keeps a refresh's snapshots and fleet, and works the rows out
+// again.
+func (m *topModel) record(msg scrapedMsg, now time.Time) {
 	var answering [][]snapshot
-	for i, r := range results {
+	for i, r := range msg.results {
 		m.errs[i] = r.err
 		if r.err != nil {
 			m.windows[i] = nil
@@ -236,9 +273,21 @@ func (m *topModel) record(results scrapedMsg, now time.Time) {
 		m.windows[i] = w
 		answering = append(answering, w)
 	}
+	m.view, m.viewErr = msg.fleet, msg.fleetErr
 	m.refreshed = now
-	m.rows = sortRows(aggregate(answering), m.key, m.reverse)
+	m.rows = sortRows(mergeFleet(aggregate(answering), m.view, len(answering) > 0), m.key, m.reverse)
 	m.scroll(0)
+}
+
+// up is how many endpoints answered the last refresh (none before it).
+func (m *topModel) up() int {
+	n := 0
+	for i := range m.sources {
+		if m.errs[i] == nil && len(m.windows[i]) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // press acts on a key; q and ctrl+c quit.
@@ -296,7 +345,7 @@ var (
 var topColumns = []struct {
 	title string
 	width int
-}{{"RUNS/S", 8}, {"FAIL/S", 8}, {"IN FLIGHT", 11}, {"P50", 8}, {"P99", 8}, {"DLQ", 7}}
+}{{"RUNS/S", 8}, {"FAIL/S", 8}, {"IN FLIGHT", 10}, {"P50", 8}, {"P99", 8}, {"QUEUE", 7}, {"DLQ", 7}}
 
 // maxErrorLines caps the lines naming workers that do not answer, so that
 // the table keeps most of the screen.
@@ -307,7 +356,7 @@ func (m *topModel) errorLines() []string {
 	var out []string
 	for i, err := range m.errs {
 		if err != nil {
-			out = append(out, fmt.Sprintf("no answer from %s: %v", shortSource(m.sources[i]), err))
+			out = append(out, fmt.Sprintf("down: %s: %v", shortSource(m.sources[i]), err))
 		}
 	}
 	if n := m.maxErrorLines(); len(out) > n {
@@ -316,10 +365,20 @@ func (m *topModel) errorLines() []string {
 	return out
 }
 
-// tableHeight is how many rows fit between the title, the error lines
-// and the table's header above, and the footer below.
+// fleetLines are the fleet's summary and its workers' lines, the workers
+// taking at most a quarter of the screen.
+func (m *topModel) fleetLines() []string {
+	summary, workers := fleetLines(m.view, m.viewErr, max(m.height/4, 1))
+	if summary == "" {
+		return nil
+	}
+	return append([]string{summary}, workers...)
+}
+
+// tableHeight is how many rows fit between the title, the error and
+// fleet lines and the table's header above, and the footer below.
 func (m *topModel) tableHeight() int {
-	return max(m.height-3-len(m.errorLines()), 1)
+	return max(m.height-3-len(m.errorLines())-len(m.fleetLines()), 1)
 }
 
 // View draws the screen: title, workers that do not answer, the table,
@@ -334,7 +393,11 @@ func (m *topModel) View() string {
 	if m.reverse != (m.key == sortName) {
 		order = "↑"
 	}
-	title := fmt.Sprintf("acemq-flow top · %s · sort: %s %s · last %s", count(len(m.sources), "worker"),
+	endpoints := count(len(m.sources), "endpoint")
+	if !m.refreshed.IsZero() {
+		endpoints = fmt.Sprintf("endpoints %d up, %d down", m.up(), len(m.sources)-m.up())
+	}
+	title := fmt.Sprintf("acemq-flow top · %s · sort: %s %s · last %s", endpoints,
 		sortKeys[m.key].title, order, shortDuration(m.interval*topWindow))
 	if !m.refreshed.IsZero() {
 		title += " · " + m.refreshed.Format("15:04:05")
@@ -342,6 +405,13 @@ func (m *topModel) View() string {
 	line(topTitleStyle, title)
 	for _, e := range m.errorLines() {
 		line(topErrorStyle, e)
+	}
+	for i, f := range m.fleetLines() {
+		style := topNoteStyle
+		if i == 1 {
+			style = topHeaderStyle
+		}
+		line(style, f)
 	}
 	nameWidth := w
 	for _, c := range topColumns {
@@ -367,7 +437,7 @@ func (m *topModel) View() string {
 		}
 		s := padRight(ansi.Truncate(name, nameWidth-1, "…"), nameWidth)
 		for i, v := range []string{rate(r.rate), rate(r.failRate), fmt.Sprintf("%.0f", r.inFlight),
-			seconds(r.p50), seconds(r.p99), fmt.Sprintf("%.0f", r.dlq)} {
+			seconds(r.p50), seconds(r.p99), count0(r.queue), fmt.Sprintf("%.0f", r.dlq)} {
 			s += padLeft(v, topColumns[i].width)
 		}
 		line(style, s)
@@ -392,6 +462,14 @@ func padRight(s string, width int) string {
 // padLeft right-aligns s in width cells.
 func padLeft(s string, width int) string {
 	return strings.Repeat(" ", max(width-ansi.StringWidth(s), 0)) + s
+}
+
+// count0 shows a count: "-" when unknown.
+func count0(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 // rate shows a rate per second: "-" when unknown.

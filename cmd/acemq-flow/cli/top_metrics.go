@@ -260,6 +260,9 @@ type row struct {
 	// time for a step, in seconds.
 	p50, p99 float64
 	dlq      float64
+	// queue is the messages ready in the step's queue (its steps' for a
+	// flow), from the broker (mergeFleet); NaN when unknown.
+	queue float64
 }
 
 // aggregate is the rows of the workers' windows (each oldest first, the
@@ -276,7 +279,7 @@ func aggregate(windows [][]snapshot) []row {
 	get = func(k stepKey) *acc {
 		a, ok := all[k]
 		if !ok {
-			a = &acc{row: row{flow: k.flow, step: k.step, rate: math.NaN(), failRate: math.NaN()}}
+			a = &acc{row: row{flow: k.flow, step: k.step, rate: math.NaN(), failRate: math.NaN(), queue: math.NaN()}}
 			all[k] = a
 			if k.step != "" {
 				get(stepKey{flow: k.flow}) // every step's flow has a row
@@ -374,6 +377,7 @@ const (
 	sortInFlight
 	sortP50
 	sortP99
+	sortQueue
 	sortDLQ
 )
 
@@ -385,6 +389,7 @@ var sortKeys = []struct{ flag, title string }{
 	sortInFlight: {"in-flight", "in flight"},
 	sortP50:      {"p50", "p50"},
 	sortP99:      {"p99", "p99"},
+	sortQueue:    {"queue", "queue"},
 	sortDLQ:      {"dlq", "dead letters"},
 }
 
@@ -419,6 +424,8 @@ func (r row) value(key sortKey) float64 {
 		return r.p50
 	case sortP99:
 		return r.p99
+	case sortQueue:
+		return r.queue
 	case sortDLQ:
 		return r.dlq
 	}

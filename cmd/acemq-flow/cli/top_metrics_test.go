@@ -241,7 +241,7 @@ func TestSortKeyFlag(t *testing.T) {
 		require.NoError(t, k.Set(sk.flag))
 		require.Equal(t, sortKey(i), k)
 	}
-	require.EqualError(t, k.Set("speed"), `unknown sort key "speed", want one of name, runs, failures, in-flight, p50, p99, dlq`)
+	require.EqualError(t, k.Set("speed"), `unknown sort key "speed", want one of name, runs, failures, in-flight, p50, p99, queue, dlq`)
 }
 
 func TestMetricsURL(t *testing.T) {
@@ -288,7 +288,7 @@ func manyFlows(n int, at time.Time) scrapedMsg {
 			s.active[stepKey{flow: flow, step: step}] = float64(i)
 		}
 	}
-	return scrapedMsg{{snap: s}, {err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}}
+	return scrapedMsg{results: []scrapeResult{{snap: s}, {err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}}}
 }
 
 // TestTopScreenFitsAndScrolls: at 80x24 the screen is 24 lines of at most
@@ -306,14 +306,15 @@ func TestTopScreenFitsAndScrolls(t *testing.T) {
 		return lines
 	}
 	lines := screen()
-	require.Contains(t, lines[0], "acemq-flow top · 2 workers · sort: name ↑ · last 10s")
+	require.Contains(t, lines[0], "acemq-flow top · 2 endpoints · sort: name ↑ · last 10s")
 	require.Contains(t, strings.Join(lines, "\n"), "reading http://127.0.0.1:9464/metrics, http://127.0.0.1:1/metrics …")
 
 	m.record(manyFlows(6, time.Now()), time.Now())
 	lines = screen()
-	require.Equal(t, "no answer from 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused", ansi.Strip(lines[1]))
-	require.Regexp(t, `^FLOW / STEP\s+RUNS/S\s+FAIL/S\s+IN FLIGHT\s+P50\s+P99\s+DLQ$`, ansi.Strip(lines[2]))
-	require.Regexp(t, `^f0-with-a-name-long-enough-t…\s+-\s+-\s+0\s+-\s+-\s+0$`, ansi.Strip(lines[3]))
+	require.Contains(t, lines[0], "acemq-flow top · endpoints 1 up, 1 down · sort: name ↑", "the endpoint that refuses is down, not a worker")
+	require.Equal(t, "down: 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused", ansi.Strip(lines[1]))
+	require.Regexp(t, `^FLOW / STEP\s+RUNS/S\s+FAIL/S\s+IN FLIGHT\s+P50\s+P99\s+QUEUE\s+DLQ$`, ansi.Strip(lines[2]))
+	require.Regexp(t, `^f0-with-a-name-long-en…\s+-\s+-\s+0\s+-\s+-\s+-\s+0$`, ansi.Strip(lines[3]))
 	require.Regexp(t, `^  charge\s+`, ansi.Strip(lines[4]))
 	require.Contains(t, lines[23], "rows 1-20 of 30")
 

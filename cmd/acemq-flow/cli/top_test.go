@@ -180,13 +180,13 @@ func (s *tmuxScreen) exitStatus() int {
 }
 
 // columns are the figures of the screen's row for name (a flow, or
-// "  step"): runs/s, fail/s, in flight, p50, p99, dlq.
+// "  step"): runs/s, fail/s, in flight, p50, p99, queue, dlq.
 func columns(t *testing.T, screen, name string) []string {
 	t.Helper()
 	for line := range strings.Lines(screen) {
 		if rest, ok := strings.CutPrefix(line, name+" "); ok {
 			f := strings.Fields(rest)
-			require.Len(t, f, 6, line)
+			require.Len(t, f, 7, line)
 			return f
 		}
 	}
@@ -221,23 +221,23 @@ func TestTopInATerminal(t *testing.T) {
 	screen := s.waitFor(`(?m)^  charge\s+\d+\.\d\s`, `(?m)^orders\s+\d+\.\d\s`)
 	lines := strings.Split(strings.TrimRight(screen, "\n"), "\n")
 	require.Len(t, lines, 24, screen)
-	require.Contains(t, lines[0], "acemq-flow top · 3 workers · sort: name ↑ · last 10s")
-	require.Contains(t, screen, "no answer from "+shortSource(broken.URL+"/metrics")+": HTTP 500 Internal Server Error\n")
-	require.Contains(t, screen, "no answer from 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused\n")
-	require.Regexp(t, `(?m)^FLOW / STEP\s+RUNS/S\s+FAIL/S\s+IN FLIGHT\s+P50\s+P99\s+DLQ$`, screen)
+	require.Contains(t, lines[0], "acemq-flow top · endpoints 1 up, 2 down · sort: name ↑ · last 10s", "those that do not answer are down, not workers")
+	require.Contains(t, screen, "down: "+shortSource(broken.URL+"/metrics")+": HTTP 500 Internal Server Error\n")
+	require.Contains(t, screen, "down: 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused\n")
+	require.Regexp(t, `(?m)^FLOW / STEP\s+RUNS/S\s+FAIL/S\s+IN FLIGHT\s+P50\s+P99\s+QUEUE\s+DLQ$`, screen)
 	require.Regexp(t, `(?m)^s/S sort · r reverse · ↑↓ PgUp PgDn scroll · q quit · rows 1-5 of 5$`, lines[23])
 
 	orders := columns(t, screen, "orders")
 	near(t, 12, orders[0])
 	near(t, 2, orders[1])
-	require.Equal(t, []string{"7", "667ms", "993ms", "5"}, orders[2:])
+	require.Equal(t, []string{"7", "667ms", "993ms", "-", "5"}, orders[2:], "no broker: no queue depth")
 	charge := columns(t, screen, "  charge")
 	near(t, 10, charge[0])
 	near(t, 2, charge[1])
-	require.Equal(t, []string{"3", "15ms", "25ms", "5"}, charge[2:])
-	require.Equal(t, []string{"-", "-", "4", "-", "-", "0"}, columns(t, screen, "  ship"))
-	require.Equal(t, []string{"-", "-", "1", "-", "-", "2"}, columns(t, screen, "refunds"))
-	require.Equal(t, []string{"-", "-", "1", "-", "-", "2"}, columns(t, screen, "  refund"))
+	require.Equal(t, []string{"3", "15ms", "25ms", "-", "5"}, charge[2:])
+	require.Equal(t, []string{"-", "-", "4", "-", "-", "-", "0"}, columns(t, screen, "  ship"))
+	require.Equal(t, []string{"-", "-", "1", "-", "-", "-", "2"}, columns(t, screen, "refunds"))
+	require.Equal(t, []string{"-", "-", "1", "-", "-", "-", "2"}, columns(t, screen, "  refund"))
 	// Flows A to Z, each followed by its steps.
 	require.Regexp(t, `(?s)\norders .*\n  charge .*\n  ship .*\nrefunds .*\n  refund `, screen)
 

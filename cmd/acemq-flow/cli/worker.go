@@ -33,6 +33,7 @@ func (a *app) workerCommand() *cobra.Command {
 		cronAlone    bool
 		metricsAddr  string
 		claimTimeout time.Duration
+		heartbeat    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -53,6 +54,9 @@ func (a *app) workerCommand() *cobra.Command {
 			if retention < 0 {
 				return fmt.Errorf("--journal-retention %s: want 0 (keep every run) or more", retention)
 			}
+			if heartbeat < 0 {
+				return fmt.Errorf("--heartbeat %s: want 0 (the default, %s) or more", heartbeat, engine.DefaultHeartbeat)
+			}
 			if claimTimeout < 0 {
 				return fmt.Errorf("--claim-timeout %s: want 0 (the default, %s) or more", claimTimeout, persistence.DefaultClaimTimeout)
 			}
@@ -63,7 +67,7 @@ func (a *app) workerCommand() *cobra.Command {
 			defer obs.close(cmd.Context(), &err)
 			s, err := a.openSession(cmd, sessionConfig{broker: bf, closeTimeout: closeTimeout,
 				noDatabase: noDatabaseWorker, journalRetention: retention, cronAlone: cronAlone,
-				claimTimeout: claimTimeout})
+				claimTimeout: claimTimeout, heartbeat: heartbeat, worker: true})
 			if err != nil {
 				return err
 			}
@@ -82,6 +86,9 @@ func (a *app) workerCommand() *cobra.Command {
 		"with a database: delete, in small batches every 10 minutes, runs that ended longer ago than this (e.g. 720h; 0 keeps every run)")
 	cmd.Flags().DurationVar(&claimTimeout, "claim-timeout", 0,
 		"with a database: how long a step's claim on its idempotency key lasts, so that another worker runs the step again after a worker died in it; keep it above the longest step (default 5m)")
+	cmd.Flags().DurationVar(&heartbeat, "heartbeat", 0,
+		"how often the worker reports itself (its flows, readiness and steps in flight) to the run journal, for the fleet view; "+
+			"it is shown lost after three reports missed (default 10s)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "",
 		"serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: not served)")
 	return cmd

@@ -49,6 +49,7 @@ func Run(t *testing.T, open Open) {
 		"search":                         search,
 		"aggregates":                     aggregates,
 		"error patterns":                 errorPatterns,
+		"workers' reports":               workers,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {

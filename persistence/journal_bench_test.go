@@ -178,6 +178,7 @@ func BenchmarkSQLJournalRunsList(b *testing.B) {
 	require.NoError(b, err)
 	b.Logf("payload search plan:\n%s", strings.Join(plan, "\n"))
 	day, month := journal.Range{Since: t.Add(-time.Hour), Until: t}, journal.Range{Since: t.AddDate(0, 0, -30), Until: t}
+	sevenDays := journal.Range{Since: week, Until: t}
 	for _, c := range []struct {
 		name string
 		do   func() (int, error)
@@ -185,13 +186,15 @@ func BenchmarkSQLJournalRunsList(b *testing.B) {
 		{"totals/all", func() (int, error) { got, err := j.Totals(ctx, journal.Range{}); return len(got), err }},
 		{"totals/flow", func() (int, error) { got, err := j.Totals(ctx, journal.Range{Flow: "flow-3"}); return len(got), err }},
 		{"totals/hour", func() (int, error) { got, err := j.Totals(ctx, day); return len(got), err }},
-		{"buckets/hour-by-minute", func() (int, error) { got, err := j.Buckets(ctx, day, time.Minute); return len(got), err }},
-		{"buckets/30days-by-6h", func() (int, error) { got, err := j.Buckets(ctx, month, 6*time.Hour); return len(got), err }},
-		{"buckets/30days-by-6h+flow", func() (int, error) {
+		{"totals/30days", func() (int, error) { got, err := j.Totals(ctx, month); return len(got), err }},
+		{"chart/hour-by-minute", func() (int, error) { got, err := j.Chart(ctx, day, time.Minute); return len(got.Buckets), err }},
+		{"chart/7days-by-3h", func() (int, error) { got, err := j.Chart(ctx, sevenDays, 3*time.Hour); return len(got.Buckets), err }},
+		{"chart/30days-by-6h", func() (int, error) { got, err := j.Chart(ctx, month, 6*time.Hour); return len(got.Buckets), err }},
+		{"chart/30days-by-6h+flow", func() (int, error) {
 			r := month
 			r.Flow = "flow-3"
-			got, err := j.Buckets(ctx, r, 6*time.Hour)
-			return len(got), err
+			got, err := j.Chart(ctx, r, 6*time.Hour)
+			return len(got.Buckets), err
 		}},
 		{"failed-groups/all", func() (int, error) { got, err := j.FailedGroups(ctx, journal.Range{}, 0); return len(got), err }},
 		{"failed-groups/flow", func() (int, error) {

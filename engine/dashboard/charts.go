@@ -2,11 +2,13 @@ package dashboard
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"math"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/acemq/acemq-flow/engine/journal"
@@ -19,6 +21,9 @@ const (
 	marginLeft  = 44
 	marginTop   = 10
 	marginBelow = 22
+	// marginRight holds half the last time label, centred on the axis'
+	// end ("12-06 14:00Z").
+	marginRight = 44
 )
 
 // bar is one rectangle of a chart, with its tooltip.
@@ -146,31 +151,39 @@ func (d *Dashboard) charts(w http.ResponseWriter, r *http.Request) {
 	}
 	n := int((now.Sub(since) + width - 1) / width)
 	started, failed := make([]float64, n), make([]float64, n)
-	var runs []journal.Run
 	if agg, ok := d.journal.(journal.Aggregator); ok {
-		buckets, err := agg.Buckets(r.Context(), rg, width)
+		// The step times' sample is read beside the counts, on a
+		// connection of its own: the page waits for the slower of the
+		// two, not for both one after the other.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		var sampleErr error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			var runs []journal.Run
+			if runs, sampleErr = d.journal.Runs(ctx, journal.Query{Flow: rg.Flow, Since: since, Limit: d.cfg.ChartSample}); sampleErr == nil {
+				p.Latency, p.Sampled = d.stepTimes(ctx, runs)
+			}
+		})
+		chart, err := agg.Chart(ctx, rg, width)
 		if err != nil {
+			cancel()
+		}
+		wg.Wait()
+		if err = cmp.Or(err, sampleErr); err != nil {
 			d.journalFailed(w, r, err)
 			return
 		}
-		for i, b := range buckets[:min(len(buckets), n)] {
+		for i, b := range chart.Buckets[:min(len(chart.Buckets), n)] {
 			started[i], failed[i] = float64(b.Started), float64(b.Failed)
 		}
-		if p.Totals, err = agg.Totals(r.Context(), rg); err != nil {
-			d.journalFailed(w, r, err)
-			return
-		}
+		p.Totals = chart.Totals
 		for _, t := range p.Totals {
 			p.Runs += int(t.Runs)
 		}
 		p.Aggregated = true
-		if runs, err = d.journal.Runs(r.Context(), journal.Query{Flow: rg.Flow, Since: since, Limit: d.cfg.ChartSample}); err != nil {
-			d.journalFailed(w, r, err)
-			return
-		}
 	} else {
-		var err error
-		runs, err = d.journal.Runs(r.Context(), journal.Query{Flow: rg.Flow, Since: since, Limit: maxChartRuns})
+		runs, err := d.journal.Runs(r.Context(), journal.Query{Flow: rg.Flow, Since: since, Limit: maxChartRuns})
 		if err != nil {
 			d.journalFailed(w, r, err)
 			return
@@ -192,24 +205,30 @@ func (d *Dashboard) charts(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
+		p.Latency, p.Sampled = d.stepTimes(r.Context(), runs)
 	}
 	per := width.String()
 	p.Started = columns("Runs started per "+per, started, "started", since, width)
 	p.Started.Summary = fmt.Sprintf("%d started, %s runs/s on average", int(sum(started)), strconv.FormatFloat(sum(started)/now.Sub(since).Seconds(), 'g', 3, 64))
 	p.Failed = columns("Runs failed per "+per+" (when they stopped)", failed, "failed", since, width)
 	p.Failed.Summary = fmt.Sprintf("%d failed and not replayed since: waiting for a replay, compensated or unresolved", int(sum(failed)))
+	d.render(w, r, http.StatusOK, "charts", view{Nav: "charts", Title: "Charts", Page: p})
+}
 
+// stepTimes are the p50 and p99 of each step of the first ChartSample of
+// runs (newest first), from their timelines, and how many runs they come
+// from: the timelines are read one by one, for at most sampleBudget, so
+// that the page stays quick on a journal of many runs.
+func (d *Dashboard) stepTimes(ctx context.Context, runs []journal.Run) (latencyChart, int) {
 	sample := runs[:min(len(runs), d.cfg.ChartSample)]
 	took := map[[2]string][]time.Duration{}
-	// The timelines are read one by one: at most sampleBudget of them,
-	// so that the page stays quick on a journal of many runs.
 	began := time.Now()
 	for i, run := range sample {
 		if time.Since(began) > sampleBudget {
 			sample = sample[:i]
 			break
 		}
-		events, err := d.journal.Timeline(r.Context(), run.ID)
+		events, err := d.journal.Timeline(ctx, run.ID)
 		if err != nil {
 			continue
 		}
@@ -220,9 +239,7 @@ func (d *Dashboard) charts(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	p.Sampled = len(sample)
-	p.Latency = latencies(took)
-	d.render(w, r, http.StatusOK, "charts", view{Nav: "charts", Title: "Charts", Page: p})
+	return latencies(took), len(sample)
 }
 
 func sum(v []float64) float64 {
@@ -240,7 +257,7 @@ func columns(title string, values []float64, class string, since time.Time, widt
 	if width >= time.Hour {
 		layout = "01-02 15:04Z"
 	}
-	c := barChart{Title: title, Width: chartWidth, Height: chartHeight, Left: marginLeft, Right: chartWidth - 24,
+	c := barChart{Title: title, Width: chartWidth, Height: chartHeight, Left: marginLeft, Right: chartWidth - marginRight,
 		Base: chartHeight - marginBelow}
 	top := niceCeil(slices.Max(values))
 	plotH := c.Base - marginTop

@@ -45,14 +45,23 @@ type StatusCount struct {
 }
 
 // Bucket is one bucket of a chart: the runs that started in [At,
-// At+width) and those that failed then (see FailedStatus).
+// At+width) (the last bucket of a range ends at its Until) and those that
+// failed then (see FailedStatus).
 type Bucket struct {
 	At      time.Time `json:"at"`
 	Started int64     `json:"started"`
 	Failed  int64     `json:"failed"`
 }
 
-// MaxBuckets is the most buckets Buckets answers.
+// Chart is what a chart of a range shows: its buckets, oldest first, and
+// the runs started in the range by status (what Totals answers of it),
+// whose sum is the sum of the buckets' Started.
+type Chart struct {
+	Buckets []Bucket      `json:"buckets"`
+	Totals  []StatusCount `json:"totals"`
+}
+
+// MaxBuckets is the most buckets Chart answers.
 const MaxBuckets = 10_000
 
 // FailedStatus reports whether a run in status s counts as failed in a
@@ -114,12 +123,13 @@ type Aggregator interface {
 	// (zero counts too), in Statuses' order. It refuses a range that is
 	// not one (ErrInvalidRange).
 	Totals(ctx context.Context, r Range) ([]StatusCount, error)
-	// Buckets counts, per bucket of width from r.Since to r.Until (both
+	// Chart counts, per bucket of width from r.Since to r.Until (both
 	// required), the runs of r.Flow started in it and the runs that failed
-	// in it (FailedStatus, at FailedAt); every bucket listed, oldest
-	// first. It refuses a range without both ends, a width under a
+	// in it (FailedStatus, at FailedAt), every bucket listed, oldest
+	// first; and the runs started in r by status, as Totals does, in the
+	// same reading. It refuses a range without both ends, a width under a
 	// second, and more than MaxBuckets buckets (ErrInvalidRange).
-	Buckets(ctx context.Context, r Range, width time.Duration) ([]Bucket, error)
+	Chart(ctx context.Context, r Range, width time.Duration) (Chart, error)
 	// FailedGroups groups the runs in status Failed that failed in r by
 	// flow, step and ErrorPattern, the biggest group first (then the one
 	// that failed last, then by flow, step and pattern), at most limit

@@ -27,8 +27,14 @@ func (m *Memory) Totals(_ context.Context, r Range) ([]StatusCount, error) {
 	if err := r.Check(); err != nil {
 		return nil, err
 	}
+	return totals(m.all(), r), nil
+}
+
+// totals counts the runs of runs started in r by status, every status
+// listed, in Statuses' order.
+func totals(runs []Run, r Range) []StatusCount {
 	n := map[Status]int64{}
-	for _, run := range m.all() {
+	for _, run := range runs {
 		if (r.Flow == "" || run.Flow == r.Flow) && r.in(run.StartedAt) {
 			n[run.Status]++
 		}
@@ -37,10 +43,10 @@ func (m *Memory) Totals(_ context.Context, r Range) ([]StatusCount, error) {
 	for _, s := range Statuses() {
 		out = append(out, StatusCount{Status: s, Runs: n[s]})
 	}
-	return out, nil
+	return out
 }
 
-// CheckBuckets refuses, with ErrInvalidRange, what Buckets refuses, and
+// CheckBuckets refuses, with ErrInvalidRange, what Chart refuses, and
 // says how many buckets r holds.
 func CheckBuckets(r Range, width time.Duration) (int, error) {
 	if err := r.Check(); err != nil {
@@ -59,25 +65,27 @@ func CheckBuckets(r Range, width time.Duration) (int, error) {
 	return n, nil
 }
 
-// Buckets counts runs started and failed per bucket (Aggregator).
-func (m *Memory) Buckets(_ context.Context, r Range, width time.Duration) ([]Bucket, error) {
+// Chart counts runs started and failed per bucket, and started by status
+// (Aggregator), from one copy of the runs.
+func (m *Memory) Chart(_ context.Context, r Range, width time.Duration) (Chart, error) {
 	n, err := CheckBuckets(r, width)
 	if err != nil {
-		return nil, err
+		return Chart{}, err
 	}
-	out := make([]Bucket, n)
-	for i := range out {
-		out[i].At = r.Since.Add(time.Duration(i) * width).UTC()
+	runs := m.all()
+	out := Chart{Buckets: make([]Bucket, n), Totals: totals(runs, r)}
+	for i := range out.Buckets {
+		out.Buckets[i].At = r.Since.Add(time.Duration(i) * width).UTC()
 	}
-	for _, run := range m.all() {
+	for _, run := range runs {
 		if r.Flow != "" && run.Flow != r.Flow {
 			continue
 		}
 		if r.in(run.StartedAt) {
-			out[run.StartedAt.Sub(r.Since)/width].Started++
+			out.Buckets[run.StartedAt.Sub(r.Since)/width].Started++
 		}
 		if at := FailedAt(run); FailedStatus(run.Status) && r.in(at) {
-			out[at.Sub(r.Since)/width].Failed++
+			out.Buckets[at.Sub(r.Since)/width].Failed++
 		}
 	}
 	return out, nil

@@ -1,15 +1,18 @@
 // Package journalbench makes the journal benchmarks' data set: n runs
 // written straight into a journal's runs table by one generate_series
 // statement (not through Record), so that a million runs load in about a
-// minute. The persistence benchmarks and the dashboard's page timings
-// load it into tables of their own.
+// minute. The persistence benchmarks, the dashboard's page timings and
+// its browser tests load it into tables of their own (ForTest), and check
+// what they show against RunOf, the same runs computed in Go.
 package journalbench
 
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"time"
 
+	"github.com/acemq/acemq-flow/engine/journal"
 	"github.com/acemq/acemq-flow/persistence"
 )
 
@@ -23,12 +26,15 @@ const (
 	AdaEvery  = 4999
 )
 
-// Load inserts n runs into t.Runs (migrated, empty) and analyzes the
-// table: run i ("run-" and i in 8 digits) of flow "flow-" i%20, started
+// Load inserts n runs into t.Runs (migrated, empty), then vacuums and
+// analyzes the table, as autovacuum does a journal's in time: without it
+// the visibility map is empty and every index-only scan (the aggregates')
+// reads the heap too, which measures a table no journal stays in. Run i ("run-" and i in 8 digits) of flow "flow-" i%20, started
 // i × 2.592 s before end (1,000,000 runs over the 30 days before end),
 // 80% completed, 10% running (a third with a retry's error), 5% failed
 // (at step "step" i%5, "charge: card declined (code i%50)"), the rest
-// waiting, compensated, unresolved, ended or cancelled; its input
+// waiting, compensated, unresolved, ended or cancelled (by a hash of i,
+// RunOf); its input
 // {"customer":..., "order":{"id":i,"lines":1+i%7}, "amount":i%1000} as
 // bytes and as jsonb, and its business key "order-" i. It refuses an n
 // below 1.
@@ -70,4 +76,89 @@ func Load(ctx context.Context, db persistence.DB, t persistence.Tables, n int, e
 		return fmt.Errorf("journalbench: analyze %s: %w", runs, err)
 	}
 	return nil
+}
+
+// Interval is the time between two runs' starts.
+const Interval = 2592 * time.Millisecond
+
+// Run is what Load writes of one run, as far as the tests check it.
+type Run struct {
+	ID, Flow, Step, Customer, BusinessKey, Error string
+	Status                                       journal.Status
+	StartedAt                                    time.Time
+	// EndedAt is when a run that stopped did: 2 s after its start.
+	EndedAt *time.Time
+}
+
+// RunOf is run i (1 to n) of the runs Load writes before end.
+func RunOf(i int, end time.Time) Run {
+	r := Run{ID: fmt.Sprintf("run-%08d", i), Flow: fmt.Sprint("flow-", i%20), Step: fmt.Sprint("step", i%5),
+		Customer: fmt.Sprint("c-", i%Customers), BusinessKey: fmt.Sprint("order-", i),
+		Status: statusOf(i), StartedAt: end.Add(-time.Duration(i) * Interval)}
+	if i%AdaEvery == 0 {
+		r.Customer = "Ada"
+	}
+	switch r.Status {
+	case journal.Failed:
+		r.Error = fmt.Sprintf("charge: card declined (code %d)", i%50)
+	case journal.Compensated:
+		r.Error = "ship: no courier available"
+	case journal.Unresolved:
+		r.Error = "refund: gateway timeout"
+	case journal.Running:
+		if i%3 == 0 {
+			r.Error = "charge: connection reset by peer"
+		}
+	}
+	if r.Status.Stopped() {
+		at := r.StartedAt.Add(2 * time.Second)
+		r.EndedAt = &at
+	}
+	return r
+}
+
+// statusOf is run i's status: by hashint4(i) modulo 100, as Load's
+// statement picks it.
+func statusOf(i int) journal.Status {
+	h := (int64(hashint4(int32(i))) & 0x7fffffff) % 100
+	switch {
+	case h < 80:
+		return journal.Completed
+	case h < 90:
+		return journal.Running
+	case h < 95:
+		return journal.Failed
+	case h < 96:
+		return journal.Waiting
+	case h < 97:
+		return journal.Compensated
+	case h < 98:
+		return journal.Unresolved
+	case h < 99:
+		return journal.Ended
+	}
+	return journal.Cancelled
+}
+
+// hashint4 is PostgreSQL's hashint4: hash_uint32, the final mix of Bob
+// Jenkins' lookup3 hash of one word.
+func hashint4(k int32) int32 {
+	a := uint32(0x9e3779b9) + 4 + 3923095
+	b, c := a, a
+	a += uint32(k)
+	c ^= b
+	c -= bits.RotateLeft32(b, 14)
+	a ^= c
+	a -= bits.RotateLeft32(c, 11)
+	b ^= a
+	b -= bits.RotateLeft32(a, 25)
+	c ^= b
+	c -= bits.RotateLeft32(b, 16)
+	a ^= c
+	a -= bits.RotateLeft32(c, 4)
+	b ^= a
+	b -= bits.RotateLeft32(a, 14)
+	c ^= b
+	c -= bits.RotateLeft32(b, 24)
+	return int32(c)
 }

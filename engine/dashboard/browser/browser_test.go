@@ -100,21 +100,29 @@ func dialogs(t *testing.T, ctx context.Context) *atomic.Int32 {
 }
 
 // screenshot keeps the page as docs/<name>.png when ACEMQ_SCREENSHOTS is
-// set.
-func screenshot(t *testing.T, ctx context.Context, name string) {
+// set, and returns the PNG it kept (nil when none).
+func screenshot(t *testing.T, ctx context.Context, name string) []byte {
+	t.Helper()
+	return keepScreenshot(t, ctx, name, chromedp.FullScreenshot(100))
+}
+
+// keepScreenshot keeps what capture takes as docs/<name>.png when
+// ACEMQ_SCREENSHOTS is set, and returns it (nil when not kept).
+func keepScreenshot(t *testing.T, ctx context.Context, name string, capture chromedp.Action[[]byte]) []byte {
 	t.Helper()
 	dir := os.Getenv(screenshotsEnv)
 	if dir == "" {
-		return
+		return nil
 	}
 	if !filepath.IsAbs(dir) {
 		root, err := repositoryRoot()
 		require.NoError(t, err)
 		dir = filepath.Join(root, dir)
 	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(ctx, capture)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+	return png
 }
 
 // repositoryRoot is the folder holding go.work, above the test's own.
@@ -213,7 +221,6 @@ func TestInABrowser(t *testing.T) {
 			"two runs declined, whatever the numbers, first")
 		counts := eval[[]string](t, ctx, `[...document.querySelectorAll(".group .count")].map(p => p.textContent)`)
 		require.Equal(t, []string{"2", "1"}, counts)
-		screenshot(t, ctx, "dashboard-failed")
 	})
 
 	t.Run("a failed run shows its error and is replayed", func(t *testing.T) {
@@ -250,7 +257,6 @@ func TestInABrowser(t *testing.T) {
 		require.Equal(t, 2, eval[int](t, ctx, `[...document.querySelectorAll("rect.failed")].reduce((n, r) => n + Number(r.textContent.split(": ")[1]), 0)`),
 			"two runs failed and were not replayed since")
 		require.Equal(t, 2, eval[int](t, ctx, `document.querySelectorAll("#chart-latency rect.p99").length`), "validate and charge")
-		screenshot(t, ctx, "dashboard-charts")
 		require.Equal(t, int32(0), opened.Load(), "no page opened a dialog")
 	})
 

@@ -48,6 +48,7 @@ func Run(t *testing.T, open Open) {
 		"step inputs":                    stepInputs,
 		"search":                         search,
 		"aggregates":                     aggregates,
+		"a chart's edges":                chartEdges,
 		"error patterns":                 errorPatterns,
 		"workers' reports":               workers,
 	}

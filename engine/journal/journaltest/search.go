@@ -2,6 +2,7 @@ package journaltest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -159,22 +160,27 @@ func aggregates(t *testing.T, j journal.Journal) {
 	require.Equal(t, int64(1), counts[journal.Completed])
 	require.Equal(t, int64(2), counts[journal.Running])
 
-	buckets, err := a.Buckets(ctx, journal.Range{Since: at(0), Until: at(min(30))}, 10*time.Minute)
+	chart, err := a.Chart(ctx, journal.Range{Since: at(0), Until: at(min(30))}, 10*time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, []journal.Bucket{
 		// Failed 0, 3, 6 (at 1, 4, 7 min); 9, 12, 15, 18 (at 10, 13, 16, 19 min).
 		{At: at(0), Started: 10, Failed: 3},
 		{At: at(min(10)), Started: 10, Failed: 4},
 		{At: at(min(20)), Started: 10, Failed: 3},
-	}, buckets)
-	buckets, err = a.Buckets(ctx, journal.Range{Flow: "refunds", Since: at(min(5)), Until: at(min(15))}, 5*time.Minute)
+	}, chart.Buckets)
+	whole, err := a.Totals(ctx, journal.Range{Since: at(0), Until: at(min(30))})
+	require.NoError(t, err)
+	require.Equal(t, whole, chart.Totals, "the chart's totals are Totals of its range")
+	chart, err = a.Chart(ctx, journal.Range{Flow: "refunds", Since: at(min(5)), Until: at(min(15))}, 5*time.Minute)
 	require.NoError(t, err)
 	// refunds started 5, 7, 9 | 11, 13; failed 9 (at 10 min).
-	require.Equal(t, []journal.Bucket{{At: at(min(5)), Started: 3}, {At: at(min(10)), Started: 2, Failed: 1}}, buckets)
-	_, err = a.Buckets(ctx, journal.Range{Since: at(0)}, time.Minute)
+	require.Equal(t, []journal.Bucket{{At: at(min(5)), Started: 3}, {At: at(min(10)), Started: 2, Failed: 1}}, chart.Buckets)
+	_, err = a.Chart(ctx, journal.Range{Since: at(0)}, time.Minute)
 	require.ErrorIs(t, err, journal.ErrInvalidRange)
-	_, err = a.Buckets(ctx, journal.Range{Since: at(0), Until: at(min(30))}, time.Millisecond)
+	_, err = a.Chart(ctx, journal.Range{Since: at(0), Until: at(min(30))}, time.Millisecond)
 	require.ErrorIs(t, err, journal.ErrInvalidRange)
+	_, err = a.Chart(ctx, journal.Range{Since: at(0), Until: at(0).Add(journal.MaxBuckets*time.Second + 1)}, time.Second)
+	require.ErrorIs(t, err, journal.ErrInvalidRange, "one bucket more than MaxBuckets")
 	_, err = a.Totals(ctx, journal.Range{Since: at(10), Until: at(0)})
 	require.ErrorIs(t, err, journal.ErrInvalidRange)
 
@@ -243,4 +249,108 @@ func errorPatterns(t *testing.T, j journal.Journal) {
 		require.Len(t, runs, int(g.Runs), g.Pattern)
 	}
 	require.Equal(t, want, got)
+}
+
+// chartEdges: a chart counts each run in the bucket its time falls in,
+// a time on a bucket's edge in the bucket it begins, and nothing at or
+// after Until or before Since; its last bucket ends at Until; a run that
+// failed counts as failed while its status says so (compensating: at its
+// last change), not once replayed; its totals count every status apart.
+func chartEdges(t *testing.T, j journal.Journal) {
+	a, ok := j.(journal.Aggregator)
+	if !ok {
+		t.Skip("not an Aggregator")
+	}
+	ctx := ctxOf(t)
+	// run starts flow's run id at started and, unless it is Running,
+	// gives it status with its last change at changed.
+	run := func(id, flow string, started, changed int, status journal.Status) {
+		record(t, j, start(id, flow, started, `{}`))
+		if status != journal.Running {
+			e := step(id, flow, "charge", 1, 1, changed-1, "x", status, "charge")
+			record(t, j, e)
+		}
+	}
+	// Buckets of 10 minutes from 600 s to 2100 s: [600, 1200), [1200,
+	// 1800), [1800, 2100).
+	rg := journal.Range{Since: at(600), Until: at(2100)}
+	var started, failed [3]int64
+	totals := map[journal.Status]int64{}
+	// Status k (of Statuses) for k+1 runs, so that no two statuses' counts
+	// are alike: started between 610 and 2039 s, changed 30 s later.
+	for k, st := range journal.Statuses() {
+		for i := range k + 1 {
+			s := 610 + (k*97+i*389)%1430
+			run(fmt.Sprintf("e%d-%d", k, i), "orders", s, s+30, st)
+			started[(s-600)/600]++
+			totals[st]++
+			if journal.FailedStatus(st) {
+				failed[(s+30-600)/600]++
+			}
+		}
+	}
+	// At the edges: at Since (bucket 0), a second before and at the
+	// second bucket's start, a second before Until (the last bucket), at
+	// Until (none); started before Since and failed at it (failed in
+	// bucket 0); failed at Until (none); compensating since 1300 (failed
+	// in bucket 1).
+	run("since", "orders", 600, 650, journal.Completed)
+	run("edge-0", "orders", 1199, 1250, journal.Completed)
+	run("edge-1", "orders", 1200, 1250, journal.Completed)
+	run("last", "orders", 2099, 2099, journal.Running)
+	run("until", "orders", 2100, 2100, journal.Running)
+	run("before", "orders", 599, 600, journal.Failed)
+	run("fails-at-until", "orders", 2000, 2100, journal.Unresolved)
+	run("compensating", "orders", 700, 1300, journal.Compensating)
+	// Failed at 800 and replayed: running again, not failed.
+	run("replayed", "orders", 750, 800, journal.Failed)
+	again := step("replayed", "orders", "charge", 1, 1, 900, "started", journal.Running, "charge")
+	again.Key, again.Seq, again.Replays = "charge/replay-1", journal.Seq(1, 2, 1, 0), 1
+	record(t, j, again)
+	started[0] += 4 // since, edge-0, compensating, replayed
+	started[1]++    // edge-1
+	started[2] += 2 // last, fails-at-until
+	failed[0]++     // before
+	failed[1]++     // compensating
+	totals[journal.Completed] += 3
+	totals[journal.Running] += 2
+	totals[journal.Unresolved]++
+	totals[journal.Compensating]++
+	// Another flow's, started and failed in bucket 1: counted with no
+	// flow only.
+	run("refund", "refunds", 1300, 1400, journal.Failed)
+
+	want := func(flow string) journal.Chart {
+		c := journal.Chart{Buckets: []journal.Bucket{{At: at(600)}, {At: at(1200)}, {At: at(1800)}}}
+		for i := range c.Buckets {
+			c.Buckets[i].Started, c.Buckets[i].Failed = started[i], failed[i]
+		}
+		for _, st := range journal.Statuses() {
+			c.Totals = append(c.Totals, journal.StatusCount{Status: st, Runs: totals[st]})
+		}
+		if flow == "" {
+			c.Buckets[1].Started++
+			c.Buckets[1].Failed++
+			c.Totals[slices.Index(journal.Statuses(), journal.Failed)].Runs++
+		}
+		return c
+	}
+	for _, flow := range []string{"orders", ""} {
+		r := rg
+		r.Flow = flow
+		got, err := a.Chart(ctx, r, 10*time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, want(flow), got, "flow %q", flow)
+		tot, err := a.Totals(ctx, r)
+		require.NoError(t, err)
+		require.Equal(t, got.Totals, tot, "flow %q: Totals of the range", flow)
+		var sum, sumTotals int64
+		for _, b := range got.Buckets {
+			sum += b.Started
+		}
+		for _, c := range got.Totals {
+			sumTotals += c.Runs
+		}
+		require.Equal(t, sum, sumTotals, "flow %q: the buckets' started are the totals'", flow)
+	}
 }

@@ -94,6 +94,25 @@ type TxStore interface {
 	CompleteInTx(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) error
 }
 
+// TxClaimer is a TxStore that claims a key in the transaction that does
+// its work (ClaimInTx): the claim, the work and what is kept commit
+// together, in one commit where a claim and CompleteInTx take two, and a
+// claim whose transaction rolls back is gone with it, nothing left to let
+// go. A second claim of the key made meanwhile waits for that transaction,
+// then finds the key done, or takes it. persistence.SQLIdempotencyStore
+// implements it.
+type TxClaimer interface {
+	TxStore
+	// ClaimInTx opens a transaction and claims key in it. When it takes
+	// the key it calls work with a ctx that carries the transaction, keeps
+	// what work returns under key and commits, answering ClaimClaimed;
+	// an error from work rolls everything back, the claim included, and is
+	// returned as it is. When it does not take the key nothing runs, and
+	// it answers ClaimDuplicate for a key done, ClaimInProgress for one
+	// held (or let go a moment ago: asked again, it may be taken).
+	ClaimInTx(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) (Claim, error)
+}
+
 // ErrClaimLost is CompleteInTx finding that the caller no longer holds the
 // key's claim: another delivery of the same work took it over after the
 // lease ran out, and that one's outcome counts. Nothing was committed.

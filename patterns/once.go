@@ -44,6 +44,9 @@ type OnceConfig struct {
 //     data to put), which must be safe to carry out twice;
 //  5. confirm the key, once the caller has recorded the outcome (Confirm).
 //
+// An InTx unit on a TxClaimer store is claimed in the transaction that
+// does its work: steps 1 to 3 are one commit.
+//
 // A unit found done with its result still kept (a redelivery after a crash
 // between 3 and 5) has that result carried out again, the work not redone.
 // Every store call is bounded by the config's StoreTimeout and made
@@ -61,6 +64,7 @@ type Once struct {
 	confirmer Confirmer
 	results   ResultStore
 	tx        TxStore
+	txClaimer TxClaimer
 	timeout   time.Duration
 	log       *slog.Logger
 }
@@ -85,6 +89,7 @@ func NewOnce(store IdempotencyStore, cfg OnceConfig) (*Once, error) {
 	o.confirmer, _ = store.(Confirmer)
 	o.results, _ = store.(ResultStore)
 	o.tx, _ = store.(TxStore)
+	o.txClaimer, _ = store.(TxClaimer)
 	return o, nil
 }
 
@@ -170,6 +175,9 @@ func Run[R any](ctx context.Context, o *Once, u Unit[R]) Done[R] {
 		return d
 	}
 	claim := u.Claimed
+	if claim == 0 && u.InTx && o.txClaimer != nil {
+		return claimInTx(ctx, o, u, d)
+	}
 	if claim == 0 {
 		var err error
 		if claim, err = o.claim(ctx, u.Key); err != nil {
@@ -241,6 +249,40 @@ func do[R any](ctx context.Context, o *Once, u Unit[R], d Done[R]) (out Done[R])
 		d.Kept = false
 		o.Forget(ctx, u.Key)
 	}
+	return d
+}
+
+// claimInTx claims an InTx unit's key in the transaction that does its
+// work (TxClaimer), and goes on as Run does from the claim's answer.
+func claimInTx[R any](ctx context.Context, o *Once, u Unit[R], d Done[R]) Done[R] {
+	var doErr error
+	claim, err := o.txClaimer.ClaimInTx(ctx, u.Key, func(ctx context.Context) ([]byte, error) {
+		if d.Result, doErr = u.Do(ctx); doErr != nil {
+			return nil, doErr
+		}
+		return u.Encode(d.Result)
+	})
+	d.Claim = claim
+	switch {
+	case doErr != nil:
+		// Rolled back with the claim: nothing to let go.
+		d.Failed, d.Err = true, doErr
+		return d
+	case claim == ClaimDuplicate && err == nil:
+		return again(ctx, o, u, d)
+	case claim == ClaimInProgress && err == nil:
+		return d
+	case claim == 0:
+		d.Err = fmt.Errorf("%w: claim %q in a transaction: %w", ErrStore, u.Key, err)
+		return d
+	case err != nil:
+		// The work ran; its commit failed, or may have: the key is done
+		// (a redelivery passes on what was kept) or was never taken.
+		d.Failed, d.Err = true, fmt.Errorf("transaction: %w", err)
+		return d
+	}
+	d.Kept = true
+	d.Err = u.CarryOut(ctx, d.Result)
 	return d
 }
 

@@ -2,7 +2,10 @@ package persistence
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,7 +164,8 @@ func (s *SQLIdempotencyStore) insertClaim(ctx context.Context, key string) (bool
 
 // claimFrom finishes a Claim of key (begun with claiming) whose first
 // insert answered won, or failed with first: a key it did not take is
-// looked up, and taken again when it was forgotten or expired meanwhile.
+// looked up, and taken again when it was forgotten or expired meanwhile;
+// one held by an open ClaimInTx transaction is in progress.
 func (s *SQLIdempotencyStore) claimFrom(ctx context.Context, key string, won bool, first error) (c patterns.Claim, err error) {
 	defer func() { s.claimed(key, err == nil && c == patterns.ClaimClaimed) }()
 	if first != nil {
@@ -202,7 +206,10 @@ func (s *SQLIdempotencyStore) claimFrom(ctx context.Context, key string, won boo
 			return patterns.ClaimInProgress, nil
 		}
 	}
-	return 0, fmt.Errorf("idempotency %s: claim: the key changed hands %d times in a row", s.t.Idempotency, idemClaimTries)
+	// Not taken and never seen: held by a ClaimInTx transaction (its
+	// row not yet visible), or changing hands faster than it can be
+	// looked up. Either way somebody has it: ask again later.
+	return patterns.ClaimInProgress, nil
 }
 
 // claiming records that one of this instance's Claims of key started.
@@ -321,6 +328,73 @@ func (s *SQLIdempotencyStore) CompleteInTx(ctx context.Context, key string, work
 	})
 }
 
+// errNotTaken is ClaimInTx's claim not taking its key: the transaction
+// rolls back.
+var errNotTaken = errors.New("key not taken")
+
+// ClaimInTx claims key in a transaction and, when it takes it, runs work
+// in that transaction and keeps what work returns under key, committing
+// all of it (patterns.TxClaimer): one commit where Claim and CompleteInTx
+// take two. When the key is not taken nothing runs: a confirmed key
+// answers ClaimDuplicate, any other ClaimInProgress, also one whose
+// transaction is open in another worker (a transaction-level advisory lock
+// on the key says so without waiting for it).
+//
+// The claim is the transaction: it lapses when the transaction ends. A
+// worker that dies ends it with its connection; one that stops talking to
+// the database for the claim's lease (ClaimTimeout) while it is open has
+// its session ended by PostgreSQL (idle_in_transaction_session_timeout,
+// set for the transaction), so that a partitioned worker holds the key no
+// longer than a claim made apart would. An error from work rolls
+// everything back and is returned as it is; any other error comes with
+// claim 0 when nothing ran.
+func (s *SQLIdempotencyStore) ClaimInTx(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) (patterns.Claim, error) {
+	if work == nil {
+		return 0, fmt.Errorf("%w: idempotency: nil work", broker.ErrInvalidOption)
+	}
+	var ran bool
+	err := inTx(ctx, s.db, func(tx pgx.Tx) error {
+		var one int
+		switch err := tx.QueryRow(ctx, s.sql.claimTx, []byte(key), s.holder, s.lease.Seconds(),
+			strconv.FormatInt(max(s.lease.Milliseconds(), 1), 10)).Scan(&one); {
+		case isNoRows(err):
+			return errNotTaken
+		case err != nil:
+			return fmt.Errorf("idempotency %s: claim in a transaction: %w", s.t.Idempotency, err)
+		}
+		ran = true
+		result, err := work(context.WithValue(ctx, txKey{}, tx))
+		if err != nil {
+			return err
+		}
+		if result == nil {
+			// NULL would read as "nothing kept"; an empty result is kept.
+			result = []byte{}
+		}
+		if _, err := tx.Exec(ctx, s.sql.completeHeld, []byte(key), s.holder, s.retention.Seconds(), result); err != nil {
+			return fmt.Errorf("idempotency %s: complete in transaction: %w", s.t.Idempotency, err)
+		}
+		return nil
+	})
+	switch {
+	case ran:
+		return patterns.ClaimClaimed, err
+	case !errors.Is(err, errNotTaken):
+		return 0, err
+	}
+	var (
+		state, holder string
+		live          bool
+	)
+	switch err := s.db.QueryRow(ctx, s.sql.look, []byte(key)).Scan(&state, &live, &holder); {
+	case err != nil && !isNoRows(err):
+		return 0, fmt.Errorf("idempotency %s: look up a held key: %w", s.t.Idempotency, err)
+	case err == nil && live && state == "confirmed":
+		return patterns.ClaimDuplicate, nil
+	}
+	return patterns.ClaimInProgress, nil
+}
+
 // Result is what Complete kept under key, while the key is live and not
 // confirmed since.
 func (s *SQLIdempotencyStore) Result(ctx context.Context, key string) ([]byte, bool, error) {
@@ -373,7 +447,13 @@ type idemStatements struct {
 	// claims is the claims' insert of a group of keys ($1), kept the
 	// upsert of a group of results and confirmations (keptUpsert).
 	claims, kept string
+	// claimTx is ClaimInTx's claim.
+	claimTx string
 }
+
+// keyLock is the advisory lock of the key k.key: ClaimInTx holds it while
+// its transaction is open.
+const keyLock = `('x' || left(md5(k.key), 16))::bit(64)::bigint`
 
 // claimInsert is the claim's upsert of the rows %s gives (key, holder,
 // lease in seconds): a key nobody holds live is taken, and with a
@@ -406,9 +486,22 @@ const (
 
 func renderIdemStatements(t Tables) idemStatements {
 	return idemStatements{
-		claim: t.render(fmt.Sprintf(claimInsert, `VALUES ($1, 'claimed', $2, now() + $3 * interval '1 second')`) + ` RETURNING 1`),
+		claim: t.render(fmt.Sprintf(claimInsert, `SELECT $1, 'claimed', $2, now() + $3 * interval '1 second'
+			WHERE pg_try_advisory_xact_lock(`+strings.ReplaceAll(keyLock, "k.key", "$1::bytea")+`)`) + ` RETURNING 1`),
+		// The claim of ClaimInTx: the transaction's idle timeout ($4, in
+		// milliseconds) set to the lease, and the key taken only when no
+		// other transaction holds its advisory lock, which it keeps until
+		// it ends.
+		claimTx: t.render(`WITH c AS (
+			SELECT set_config('idle_in_transaction_session_timeout', $4, true) AS idle,
+				pg_try_advisory_xact_lock(` + strings.ReplaceAll(keyLock, "k.key", "$1::bytea") + `) AS free)` +
+			fmt.Sprintf(claimInsert, `SELECT $1, 'claimed', $2, now() + $3 * interval '1 second' FROM c WHERE c.free`) + ` RETURNING 1`),
+		// A key whose ClaimInTx transaction is open (its advisory lock
+		// taken) is not inserted, which would wait for that transaction:
+		// it is looked up, and in progress.
 		claims: t.render(fmt.Sprintf(claimInsert,
-			`SELECT k.key, 'claimed', $2, now() + $3 * interval '1 second' FROM unnest($1::bytea[]) WITH ORDINALITY AS k(key, ord) ORDER BY k.ord`) +
+			`SELECT k.key, 'claimed', $2, now() + $3 * interval '1 second' FROM unnest($1::bytea[]) WITH ORDINALITY AS k(key, ord)
+			WHERE pg_try_advisory_xact_lock(`+keyLock+`) ORDER BY k.ord`) +
 			` RETURNING key`),
 		kept: t.render(fmt.Sprintf(keptUpsert, "$1", "$2", "$3", "$4")),
 		look: t.render(`SELECT state, expires_at > now(), holder FROM {{idempotency}} WHERE key = $1`),

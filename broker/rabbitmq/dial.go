@@ -200,7 +200,7 @@ func (t *Transport) connect(ctx context.Context, node int) (*session, error) {
 			netConn = c
 			netMu.Unlock()
 			if tc == nil {
-				return c, nil
+				return newCoalescingConn(c), nil
 			}
 			tl := tls.Client(c, tc)
 			if err := tl.HandshakeContext(ctx); err != nil {
@@ -208,7 +208,7 @@ func (t *Transport) connect(ctx context.Context, node int) (*session, error) {
 				return nil, err
 			}
 			tlsConn = &readRecorder{Conn: tl}
-			return tlsConn, nil
+			return newCoalescingConn(tlsConn), nil
 		},
 	}
 	raw := n.raw

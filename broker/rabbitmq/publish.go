@@ -69,12 +69,18 @@ func (t *Transport) Publish(ctx context.Context, p transport.Publishing) error {
 
 // publish sends one message on pc and waits for its confirm.
 func (pc *pubChannel) publish(ctx context.Context, p transport.Publishing, msg amqp.Publishing) error {
+	// Single-case selects first: a select over several channels locks
+	// them all, per message, and a slot is usually free.
 	select {
 	case pc.slots <- struct{}{}:
-	case <-pc.dead:
-		return errResend
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for an in-flight slot: %w", ctx.Err())
+	default:
+		select {
+		case pc.slots <- struct{}{}:
+		case <-pc.dead:
+			return errResend
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for an in-flight slot: %w", ctx.Err())
+		}
 	}
 	if err := pc.flow.wait(ctx, pc.dead); err != nil {
 		<-pc.slots
@@ -96,11 +102,17 @@ func (pc *pubChannel) publish(ctx context.Context, p transport.Publishing, msg a
 	if p.Mandatory {
 		key = &returnKey{messageID: msg.MessageId, exchange: p.Exchange, routingKey: p.RoutingKey}
 	}
-	select {
-	case <-dc.Done():
-	case <-ctx.Done():
-		pc.abandon(abandoned{dc: dc, key: key})
-		return fmt.Errorf("waiting for the confirm: %w", ctx.Err())
+	if done := ctx.Done(); done == nil {
+		// A context that never ends (context.Background): nothing to
+		// select between.
+		<-dc.Done()
+	} else {
+		select {
+		case <-dc.Done():
+		case <-done:
+			pc.abandon(abandoned{dc: dc, key: key})
+			return fmt.Errorf("waiting for the confirm: %w", ctx.Err())
+		}
 	}
 	defer func() { <-pc.slots }()
 	acked := dc.Acked()

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -117,6 +118,10 @@ func (h *heldChannel) writeNow(tag uint64, write func() error) error {
 // means the channel is going away: the broker redelivers what it held, so
 // the flush goes on counting them settled, for the channel to be let go.
 func (h *heldChannel) flush() {
+	// Let the handlers that are running acknowledge what they hold first:
+	// their acks go out in the same write, a single multiple ack when
+	// they are in order.
+	runtime.Gosched()
 	h.mu.Lock()
 	for h.acked > 0 {
 		upTo, singles, n := h.takeAcks()

@@ -5,15 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/broker"
+	"github.com/acemq/acemq-flow/internal/plainamqp"
 )
 
-// The core figures' load (issue 14): 256-byte persistent messages on a
-// quorum queue, 256 confirms in flight from 256 goroutines, consumed with
+// The core figures' load (issues 14 and 25): 256-byte persistent messages
+// on a quorum queue, 256 publishes awaiting their confirm, consumed with
 // prefetch 100.
 const (
 	CoreBodySize   = 256
@@ -25,11 +25,13 @@ const (
 const noRabbitNote = "no baseline: amqp091-go needs RabbitMQ (set --url)"
 
 // Core measures confirmed publishing and acknowledged consuming through
-// package broker against plain amqp091-go doing the same: N messages of
-// CoreBodySize bytes each way on a quorum queue, published by
-// CorePublishers goroutines each waiting for its confirm, and consumed
-// with prefetch CorePrefetch by one consumer that acknowledges each. Both
-// consumers read messages published through broker.
+// package broker against the fastest plain amqp091-go code (package
+// plainamqp): N messages of CoreBodySize bytes each way on a quorum queue.
+// broker publishes from CorePublishers goroutines, each calling Publish,
+// which returns once the broker confirmed its message; the baseline from
+// one goroutine on one confirm-mode channel, keeping CorePublishers
+// publishes unconfirmed. Each side then consumes what it published with
+// prefetch CorePrefetch, one consumer acknowledging each message.
 func Core(ctx context.Context, cfg Config) (_ []Result, err error) {
 	cfg, s, err := newScope(ctx, cfg)
 	if err != nil {
@@ -56,9 +58,11 @@ func Core(ctx context.Context, cfg Config) (_ []Result, err error) {
 		return nil, err
 	}
 	pubR := figure("core", "confirmed publish", "msg/s", HigherIsBetter, pub.Rate(), pub).withCPU(pub).
-		noted(fmt.Sprintf("%d B, %d goroutines each waiting for its confirm", CoreBodySize, CorePublishers))
+		noted(fmt.Sprintf("%d B; broker: %d goroutines each calling Publish, which waits for its confirm; "+
+			"amqp091-go: one goroutine, one confirm channel, %d unconfirmed", CoreBodySize, CorePublishers, CorePublishers))
 	conR := figure("core", "acknowledged consume", "msg/s", HigherIsBetter, con.Rate(), con).withCPU(con).
-		noted(fmt.Sprintf("prefetch %d, one consumer", CorePrefetch))
+		noted(fmt.Sprintf("prefetch %d, one consumer acknowledging each message (amqp091-go: one ack each; "+
+			"broker: acks written together)", CorePrefetch))
 	if !cfg.rabbit() {
 		return []Result{pubR.noted(noRabbitNote), conR.noted(noRabbitNote)}, nil
 	}
@@ -75,16 +79,8 @@ func Core(ctx context.Context, cfg Config) (_ []Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The plain consumer reads what broker published, as broker's did.
-	qc, err := s.consumerQueue(ctx, "core-consume")
-	if err != nil {
-		return nil, err
-	}
 	cfg.step("core: consume through amqp091-go")
-	if _, err := PublishBroker(ctx, conn, qc, body, cfg.N); err != nil {
-		return nil, err
-	}
-	conPlain, err := ConsumePlain(ctx, ac, qc, cfg.N)
+	conPlain, err := ConsumePlain(ctx, ac, qp, cfg.N)
 	if err != nil {
 		return nil, err
 	}
@@ -106,30 +102,19 @@ func PublishBroker(ctx context.Context, conn *broker.Conn, q string, body []byte
 	})
 }
 
-// PublishPlain publishes n copies of body to queue q with amqp091-go from
-// CorePublishers goroutines, each on a channel of its own in confirm mode,
-// waiting for the confirm of each message: persistent, with a message id
-// and a timestamp, as broker publishes.
+// PublishPlain publishes n copies of body to queue q with amqp091-go as
+// plainamqp.Publish does: from one goroutine on one channel in confirm
+// mode, keeping CorePublishers publishes unconfirmed.
 func PublishPlain(ctx context.Context, ac *amqp.Connection, q string, body []byte, n int) (Measurement, error) {
-	free, err := confirmPool(ac, CorePublishers)
+	ch, err := plainChannel(ac, true)
 	if err != nil {
 		return Measurement{}, err
 	}
-	// Every publisher has put its channel back once measureCalls returns.
-	defer closePool(free)
-	return measureCalls(ctx, n, n, CorePublishers, nil, func(ctx context.Context, _ int) error {
-		ch := <-free
-		defer func() { free <- ch }()
-		return publishConfirmed(ctx, ch, "", q, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent, ContentType: "application/octet-stream", MessageId: broker.NewID(),
-			Timestamp: time.Now(), Body: body,
-		})
-	})
+	defer func() { _ = ch.Close() }()
+	c := startClock()
+	err = plainamqp.Publish(ctx, ch, q, body, n, CorePublishers)
+	return c.stop(n, n), err
 }
-
-// errNotConfirmed: the broker nacked a plain publish, or its channel closed
-// before the confirm came.
-var errNotConfirmed = errors.New("amqp091-go: publish not confirmed")
 
 // publishConfirmed publishes msg on ch (in confirm mode) and waits for its
 // confirm.
@@ -143,7 +128,7 @@ func publishConfirmed(ctx context.Context, ch *amqp.Channel, exchange, key strin
 		return fmt.Errorf("amqp091-go: confirm: %w", err)
 	}
 	if !ok {
-		return errNotConfirmed
+		return plainamqp.ErrNotConfirmed
 	}
 	return nil
 }
@@ -246,36 +231,18 @@ func ConsumeBroker(ctx context.Context, conn *broker.Conn, q string, n int) (_ M
 	return c.stop(n, n), err
 }
 
-// ConsumePlain consumes n messages from q with amqp091-go, prefetch
-// CorePrefetch, acknowledging each, then closes its channel.
+// ConsumePlain consumes n messages from q with amqp091-go as
+// plainamqp.Consume does: prefetch CorePrefetch, one consumer
+// acknowledging each delivery; then it stops the consumer.
 func ConsumePlain(ctx context.Context, ac *amqp.Connection, q string, n int) (Measurement, error) {
-	ch, err := plainChannel(ac, false)
+	cd := newCountdown(n)
+	c := startClock()
+	k, err := plainamqp.Consume(ac, q, CorePrefetch, cd.add)
 	if err != nil {
 		return Measurement{}, err
 	}
-	if err := ch.Qos(CorePrefetch, 0, false); err != nil {
-		_ = ch.Close()
-		return Measurement{}, fmt.Errorf("amqp091-go: qos: %w", err)
-	}
-	cd := newCountdown(n)
-	c := startClock()
-	deliveries, err := ch.Consume(q, "", false, false, false, false, nil)
-	if err != nil {
-		_ = ch.Close()
-		return Measurement{}, fmt.Errorf("amqp091-go: consume %s: %w", q, err)
-	}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for d := range deliveries {
-			if d.Ack(false) == nil {
-				cd.add()
-			}
-		}
-	}()
 	err = cd.wait(ctx, nil, "consume through amqp091-go")
 	m := c.stop(n, n)
-	_ = ch.Close() // ends deliveries; what was prefetched goes back
-	<-stopped
+	k.Stop()
 	return m, err
 }

@@ -120,3 +120,32 @@ func TestStepEventsWrittenBeforeAck(t *testing.T) {
 		require.Equal(t, 1, ef.get(run, "pack"))
 	})
 }
+
+// TestStepSlotFreedWhileItsResultIsKept: keeping and sending a step's
+// result happens off its handler's slot. At concurrency 1, with the
+// journal stalled on the first run's completion of pack (so that its result
+// is kept in a commit that does not end), the second run's pack still runs;
+// once the journal goes on, both runs complete, each step once.
+func TestStepSlotFreedWhileItsResultIsKept(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, h *brokertest.Harness) {
+		mem, err := journal.NewMemory(0)
+		require.NoError(t, err)
+		stall := &stallingJournal{Journal: mem, step: "pack", stalled: make(chan struct{}), release: make(chan struct{})}
+		fx := newFixture(t, h, engine.Config{Journal: stall, Concurrency: 1, Writer: journal.WriterConfig{Lanes: 1}})
+		ef := newEffects()
+		fx.register(dsl.Flow(fx.name, dsl.Step("pack", appendStep(ef, "pack")), dsl.Step("ship", appendStep(ef, "ship"))))
+		fx.work()
+		first := fx.start(Order{ID: "o-1"})
+		brokertest.Next(t, stall.stalled, 10*time.Second)
+		second := fx.start(Order{ID: "o-2"})
+		require.Eventually(t, func() bool { return ef.get(second, "pack") == 1 }, 10*time.Second, 10*time.Millisecond,
+			"the second run's pack ran while the first's result was being kept")
+		require.Zero(t, ef.get(first, "ship"), "the first run waits for its result to be kept")
+		close(stall.release)
+		for _, run := range []string{first, second} {
+			fx.waitStatus(run, journal.Completed, 15*time.Second)
+			require.Equal(t, 1, ef.get(run, "pack"))
+			require.Equal(t, 1, ef.get(run, "ship"))
+		}
+	})
+}

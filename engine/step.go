@@ -129,6 +129,10 @@ type recording struct {
 	// failed.
 	kept  bool
 	early []journal.Event
+	// finish, when not nil, is what is left of the handler's work, done
+	// before the delivery's events are recorded (off the handler's slot):
+	// its Ack replaces the one the handler returned.
+	finish func(context.Context) broker.Ack
 	// release is the place of a limited step that the confirm gives back
 	// (placeClaimer), nil when there is none or it is given back apart;
 	// released is what giving it back came to.
@@ -173,6 +177,10 @@ func beforeSettle[A attempt](e *Engine, flow, step, queue string, events func(co
 			return ack
 		}
 		p := a.rec()
+		if finish := p.finish; finish != nil {
+			p.finish = nil
+			ack = noted(finish(ctx), a)
+		}
 		return e.written(ctx, m, p, flow, step, ack, func() []journal.Event { return events(ctx, a, p.settlement(queue, m)) })
 	}
 }
@@ -356,7 +364,7 @@ func (r *stepRunner) cancelledHere(ctx context.Context, a *stepAttempt, why stri
 func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) broker.Ack {
 	d := &a.d
 	var w worked
-	done := patterns.Run(ctx, r.e.once, patterns.Unit[kept]{
+	u := patterns.Unit[kept]{
 		Key: key, InTx: r.spec.Transactional, Claimed: a.claimed,
 		Do: func(ctx context.Context) (kept, error) {
 			ids := []string{d.m.RunID}
@@ -380,7 +388,34 @@ func (r *stepRunner) runUnit(ctx context.Context, a *stepAttempt, key string) br
 			}
 			return r.e.carryOut(ctx, r.spec.Name, d.m.RunID, k)
 		},
-	})
+	}
+	done := patterns.Begin(ctx, r.e.once, u)
+	if done.Pending && r.finishesLater(a) {
+		// The step's work is done: keeping and sending what it produced
+		// waits on the database and the broker, which need not hold one
+		// of the step's handlers (BeforeSettle finishes it).
+		a.finish = func(ctx context.Context) broker.Ack {
+			return r.unitDone(ctx, a, key, &w, patterns.Finish(ctx, r.e.once, u, done))
+		}
+		return broker.Accept()
+	}
+	return r.unitDone(ctx, a, key, &w, patterns.Finish(ctx, r.e.once, u, done))
+}
+
+// finishesLater says whether a step's unit whose work is done is kept and
+// carried out off the handler's slot: not on a branch, at a fork's join,
+// for a limited step (whose place is given back with its confirm) or a
+// child run going back to its parent, whose handlers decide more once it
+// is carried out.
+func (r *stepRunner) finishesLater(a *stepAttempt) bool {
+	return a.d.branch == nil && a.joined == nil && a.d.parent == nil && a.claimed == 0 &&
+		r.spec.Fork == nil && r.spec.Limit == nil && r.spec.Rate == nil
+}
+
+// unitDone decides what becomes of a delivery from what its step's unit
+// came to (w being what its work came to).
+func (r *stepRunner) unitDone(ctx context.Context, a *stepAttempt, key string, w *worked, done patterns.Done[kept]) broker.Ack {
+	d := &a.d
 	if done.Err != nil {
 		// What was recorded with the result said the run went on: the
 		// outcome is another (its events are built anew), and the key is

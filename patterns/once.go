@@ -158,6 +158,9 @@ type Done[R any] struct {
 	// carries the result out again), or the store's (wrapping ErrStore;
 	// nothing ran).
 	Err error
+	// Pending says Begin did the work and left keeping and carrying out
+	// its Result to Finish.
+	Pending bool
 }
 
 // Run takes u through the sequence: claim, do, keep, carry out. The caller
@@ -165,6 +168,17 @@ type Done[R any] struct {
 // refuses an empty key, a unit without Do, Encode, Decode or CarryOut, and
 // an InTx unit on a store that cannot run transactions, as an ErrStore.
 func Run[R any](ctx context.Context, o *Once, u Unit[R]) Done[R] {
+	return Finish(ctx, o, u, Begin(ctx, o, u))
+}
+
+// Begin is Run up to the work: it claims u's key and does the work, or
+// (found done before) carries out again what was kept; an InTx unit is
+// done whole. A unit whose work it did comes back Pending, its Result
+// neither kept nor carried out: Finish does that, with the same u and ctx
+// values, maybe on another goroutine (the engine keeps and sends a step's
+// result off the handler's slot), and must be called once for it: until
+// then the key stays claimed.
+func Begin[R any](ctx context.Context, o *Once, u Unit[R]) Done[R] {
 	var d Done[R]
 	switch {
 	case u.Key == "" || u.Do == nil || u.Encode == nil || u.Decode == nil || u.CarryOut == nil:
@@ -196,9 +210,38 @@ func Run[R any](ctx context.Context, o *Once, u Unit[R]) Done[R] {
 	}
 }
 
-// do does a unit whose key is held, keeps what it produced and carries it
-// out. A panic in Do lets the key go (unless what it produced is kept),
-// and carries on up: the consumer retries a handler that panicked.
+// Finish keeps and carries out what Begin's work produced (d Pending),
+// and returns what came of it; a d that is not Pending is returned as it
+// is. A panic in keeping or carrying out lets the key go (unless what the
+// work produced is kept), and carries on up.
+func Finish[R any](ctx context.Context, o *Once, u Unit[R], d Done[R]) (out Done[R]) {
+	if !d.Pending {
+		return d
+	}
+	d.Pending = false
+	defer func() {
+		if p := recover(); p != nil {
+			if !out.Kept {
+				o.Forget(ctx, u.Key)
+			}
+			panic(p)
+		}
+	}()
+	kept := keep(ctx, o, u, d.Result)
+	d.Kept = true
+	out = d
+	if d.Err = u.CarryOut(ctx, d.Result); d.Err != nil && !kept {
+		// Nothing a redelivery could pass on: the work is done again.
+		d.Kept = false
+		o.Forget(ctx, u.Key)
+	}
+	return d
+}
+
+// do does a unit whose key is held: its work, in its transaction (kept and
+// carried out there) when it is InTx, or else left Pending for Finish. A
+// panic in Do lets the key go (unless what it produced is kept), and
+// carries on up: the consumer retries a handler that panicked.
 func do[R any](ctx context.Context, o *Once, u Unit[R], d Done[R]) (out Done[R]) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -241,14 +284,7 @@ func do[R any](ctx context.Context, o *Once, u Unit[R], d Done[R]) (out Done[R])
 		o.Forget(ctx, u.Key)
 		return d
 	}
-	kept := keep(ctx, o, u, d.Result)
-	d.Kept = true
-	out = d
-	if d.Err = u.CarryOut(ctx, d.Result); d.Err != nil && !kept {
-		// Nothing a redelivery could pass on: the work is done again.
-		d.Kept = false
-		o.Forget(ctx, u.Key)
-	}
+	d.Pending = true
 	return d
 }
 

@@ -152,3 +152,48 @@ func TestOnceGoesOnFromAClaimMade(t *testing.T) {
 	require.Equal(t, 1, works)
 	require.Equal(t, 2, carried)
 }
+
+// TestOnceBeginThenFinish: Begin does the work and leaves it Pending, the
+// key still claimed (another delivery is told it is in progress) and
+// nothing kept or sent; Finish, on another goroutine, keeps and carries it
+// out, after which the key is a duplicate whose kept result a redelivery
+// sends again. A unit done before comes back from Begin finished.
+func TestOnceBeginThenFinish(t *testing.T) {
+	t.Parallel()
+	store, err := patterns.NewInMemoryIdempotencyStore(time.Minute)
+	require.NoError(t, err)
+	o, err := patterns.NewOnce(store, patterns.OnceConfig{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	var worked, sent int
+	u := patterns.Unit[string]{
+		Key:      "k",
+		Do:       func(context.Context) (string, error) { worked++; return "x", nil },
+		Encode:   func(s string) ([]byte, error) { return []byte(s), nil },
+		Decode:   func(b []byte) (string, error) { return string(b), nil },
+		CarryOut: func(context.Context, string) error { sent++; return nil },
+	}
+	d := patterns.Begin(ctx, o, u)
+	require.True(t, d.Pending)
+	require.False(t, d.Kept)
+	require.Equal(t, "x", d.Result)
+	require.Equal(t, 1, worked)
+	require.Zero(t, sent, "nothing carried out before Finish")
+	require.Equal(t, patterns.ClaimInProgress, patterns.Begin(ctx, o, u).Claim, "the key stays claimed")
+
+	finished := make(chan patterns.Done[string])
+	go func() { finished <- patterns.Finish(ctx, o, u, d) }()
+	d = <-finished
+	require.False(t, d.Pending)
+	require.True(t, d.Kept)
+	require.NoError(t, d.Err)
+	require.Equal(t, 1, sent)
+
+	again := patterns.Begin(ctx, o, u)
+	require.False(t, again.Pending, "done before: carried out again in Begin")
+	require.Equal(t, patterns.ClaimDuplicate, again.Claim)
+	require.True(t, again.Resent)
+	require.Equal(t, patterns.Finish(ctx, o, u, again), again, "Finish leaves what is not Pending as it is")
+	require.Equal(t, 1, worked)
+	require.Equal(t, 2, sent)
+}

@@ -48,7 +48,7 @@ type Keeper interface {
 
 // Keep queues events to be recorded and k to be written by the writer's
 // Keeper with them, in one batch, and waits until they, and everything
-// queued before them down the same lane, are written, bounded by ctx. It refuses a writer
+// queued before them, are written, bounded by ctx. It refuses a writer
 // without a Keeper (ErrNoKeeper) and an empty key.
 func (w *Writer) Keep(ctx context.Context, k Kept, events ...Event) error {
 	if w.cfg.Keeper == nil {
@@ -57,15 +57,10 @@ func (w *Writer) Keep(ctx context.Context, k Kept, events ...Event) error {
 	if k.Key == "" {
 		return fmt.Errorf("journal writer: keep: %w: empty key", ErrInvalidEvent)
 	}
-	key := k.Key
-	if len(events) > 0 {
-		key = events[0].RunID
-	}
-	l, err := w.queueItem(ctx, key, item{events: events, kept: []Kept{k}})
-	if err != nil {
+	if err := w.queueItem(ctx, item{events: events, kept: []Kept{k}}); err != nil {
 		return err
 	}
-	return w.flush(ctx, l)
+	return w.Flush(ctx)
 }
 
 // Confirm queues the confirmation of key (Kept.Confirmed) and returns: it
@@ -80,8 +75,7 @@ func (w *Writer) Confirm(ctx context.Context, key string) error {
 	if key == "" {
 		return fmt.Errorf("journal writer: confirm: %w: empty key", ErrInvalidEvent)
 	}
-	_, err := w.queueItem(ctx, key, item{kept: []Kept{{Key: key, Confirmed: true}}, lazy: true})
-	return err
+	return w.queueItem(ctx, item{kept: []Kept{{Key: key, Confirmed: true}}, lazy: true})
 }
 
 // Keeps reports whether the writer writes units' results (it was given a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,7 +14,6 @@ const (
 	DefaultQueue     = 10_000
 	DefaultMaxBatch  = 500
 	DefaultMaxLinger = 3 * time.Millisecond
-	DefaultLanes     = 2
 )
 
 // lingerWorthIt is the shortest write worth waiting to share: a journal
@@ -48,11 +46,6 @@ type WriterConfig struct {
 	// Confirm) with the events of the batch they are in; nil = the writer
 	// records events only.
 	Keeper Keeper
-	// Lanes is how many batches may be written at once (0 = 2): each lane
-	// writes its batches one after the other, and a run's events always
-	// go down the same lane, in the order they were queued. More lanes
-	// wait less for each other's commits, in more, smaller batches.
-	Lanes int
 }
 
 // Writer writes events to a journal off the caller's path: Record queues
@@ -65,22 +58,16 @@ type Writer struct {
 	cfg WriterConfig
 	log *slog.Logger
 
-	lanes   []*lane
+	queue   chan item
 	closing chan struct{}
 	stop    chan struct{}
+	stopped chan struct{}
 	once    sync.Once
 
 	mu       sync.RWMutex
 	closed   bool
 	closeCtx context.Context
-}
-
-// lane is one goroutine writing the batches of what is queued to it.
-type lane struct {
-	queue   chan item
-	stopped chan struct{}
-	// lost counts what the lane could not write before the close deadline.
-	lost int
+	lost     int
 }
 
 // item is the events (and kept keys: Keep, Confirm) of one call on their
@@ -120,11 +107,8 @@ func NewWriter(j Journal, cfg WriterConfig) (*Writer, error) {
 	if j == nil {
 		return nil, errors.New("journal writer: nil journal")
 	}
-	if cfg.Queue < 0 || cfg.MaxBatch < 0 || cfg.Lanes < 0 {
-		return nil, fmt.Errorf("journal writer: negative queue %d, batch %d or lanes %d", cfg.Queue, cfg.MaxBatch, cfg.Lanes)
-	}
-	if cfg.Lanes == 0 {
-		cfg.Lanes = DefaultLanes
+	if cfg.Queue < 0 || cfg.MaxBatch < 0 {
+		return nil, fmt.Errorf("journal writer: negative queue %d or batch %d", cfg.Queue, cfg.MaxBatch)
 	}
 	if cfg.Queue == 0 {
 		cfg.Queue = DefaultQueue
@@ -138,23 +122,10 @@ func NewWriter(j Journal, cfg WriterConfig) (*Writer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Writer{j: j, cfg: cfg, log: cfg.Logger, closing: make(chan struct{}), stop: make(chan struct{})}
-	for range cfg.Lanes {
-		l := &lane{queue: make(chan item, max(cfg.Queue/cfg.Lanes, 1)), stopped: make(chan struct{})}
-		w.lanes = append(w.lanes, l)
-		go w.loop(l)
-	}
+	w := &Writer{j: j, cfg: cfg, log: cfg.Logger, queue: make(chan item, cfg.Queue),
+		closing: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go w.loop()
 	return w, nil
-}
-
-// laneOf is the lane of what concerns key (a run id): always the same.
-func (w *Writer) laneOf(key string) *lane {
-	if len(w.lanes) == 1 {
-		return w.lanes[0]
-	}
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return w.lanes[h.Sum32()%uint32(len(w.lanes))]
 }
 
 // Journal is the journal the writer writes to, for reading.
@@ -167,25 +138,18 @@ func (w *Writer) Record(ctx context.Context, events ...Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	_, err := w.queueItem(ctx, events[0].RunID, item{events: events})
-	return err
+	return w.queueItem(ctx, item{events: events})
 }
 
-// queueItem queues it down key's lane, waiting (bounded by ctx) while the
-// lane's queue is full, and says which lane.
-func (w *Writer) queueItem(ctx context.Context, key string, it item) (*lane, error) {
-	l := w.laneOf(key)
-	return l, w.queueTo(ctx, l, it)
-}
-
-func (w *Writer) queueTo(ctx context.Context, l *lane, it item) error {
+// queueItem queues it, waiting (bounded by ctx) while the queue is full.
+func (w *Writer) queueItem(ctx context.Context, it item) error {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
 		return ErrWriterClosed
 	}
 	select {
-	case l.queue <- it:
+	case w.queue <- it:
 		return nil
 	case <-w.closing:
 		return ErrWriterClosed
@@ -198,35 +162,30 @@ func (w *Writer) queueTo(ctx context.Context, l *lane, it item) error {
 // before them, are written: for the events a run must not be without
 // (that it failed, that it ended), bounded by ctx.
 func (w *Writer) RecordSync(ctx context.Context, events ...Event) error {
-	if len(events) == 0 {
-		return w.Flush(ctx)
-	}
-	l, err := w.queueItem(ctx, events[0].RunID, item{events: events})
-	if err != nil {
+	if err := w.Record(ctx, events...); err != nil {
 		return err
 	}
-	return w.flush(ctx, l)
+	return w.Flush(ctx)
 }
 
 // Flush waits until everything queued so far is written, bounded by ctx.
 func (w *Writer) Flush(ctx context.Context) error {
-	for _, l := range w.lanes {
-		if err := w.flush(ctx, l); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// flush waits until everything queued down l so far is written.
-func (w *Writer) flush(ctx context.Context, l *lane) error {
 	done := make(chan error, 1)
-	if err := w.queueTo(ctx, l, item{done: done}); err != nil {
-		if errors.Is(err, ErrWriterClosed) {
-			return err
-		}
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return ErrWriterClosed
+	}
+	select {
+	case w.queue <- item{done: done}:
+	case <-w.closing:
+		w.mu.RUnlock()
+		return ErrWriterClosed
+	case <-ctx.Done():
+		w.mu.RUnlock()
 		return fmt.Errorf("journal: flush: %w", ctx.Err())
 	}
+	w.mu.RUnlock()
 	select {
 	case err := <-done:
 		return err
@@ -248,20 +207,16 @@ func (w *Writer) Close(ctx context.Context) error {
 		close(w.stop)
 		w.mu.Unlock()
 	})
-	// The loops bound what they still write by the first Close's ctx.
-	lost := 0
-	for _, l := range w.lanes {
-		<-l.stopped
-		lost += l.lost
-	}
-	if lost > 0 {
-		return fmt.Errorf("journal: %d events were not written before the close deadline", lost)
+	// The loop bounds what it still writes by the first Close's ctx.
+	<-w.stopped
+	if w.lost > 0 {
+		return fmt.Errorf("journal: %d events were not written before the close deadline", w.lost)
 	}
 	return nil
 }
 
-func (w *Writer) loop(l *lane) {
-	defer close(l.stopped)
+func (w *Writer) loop() {
+	defer close(w.stopped)
 	b := &batch{events: make([]Event, 0, w.cfg.MaxBatch)}
 	var waiters []chan error
 	var lastWrite time.Duration
@@ -270,17 +225,17 @@ func (w *Writer) loop(l *lane) {
 	timer.Stop()
 	for {
 		select {
-		case it := <-l.queue:
+		case it := <-w.queue:
 			waiters = w.take(it, b, waiters)
 		case <-w.stop:
-			w.drain(l, b, waiters)
+			w.drain(b, waiters)
 			return
 		}
 		// Take whatever else is already waiting, up to a batch.
 	more:
 		for b.size() < w.cfg.MaxBatch {
 			select {
-			case it := <-l.queue:
+			case it := <-w.queue:
 				waiters = w.take(it, b, waiters)
 			default:
 				break more
@@ -289,18 +244,18 @@ func (w *Writer) loop(l *lane) {
 		if b.eager == 0 && len(waiters) == 0 && b.size() < w.cfg.MaxBatch {
 			// Only confirmations: they wait for something to go with.
 			timer.Reset(confirmDelay)
-			waiters = w.await(l, timer.C, b, waiters)
+			waiters = w.await(timer.C, b, waiters)
 			timer.Stop()
 		}
 		if d := w.linger(lastWrite, lastCalls); d > 0 && b.size() > 0 && b.size() < w.cfg.MaxBatch {
 			timer.Reset(d)
-			waiters = w.gather(l, timer.C, b, waiters)
+			waiters = w.gather(timer.C, b, waiters)
 			timer.Stop()
 		}
 		lastCalls = b.calls
 		began := time.Now()
 		if !w.write(b) {
-			w.drain(l, b, waiters)
+			w.drain(b, waiters)
 			return
 		}
 		lastWrite = time.Since(began)
@@ -323,10 +278,10 @@ func (w *Writer) linger(lastWrite time.Duration, lastCalls int) time.Duration {
 
 // gather adds what arrives to b until it is full, until expired fires,
 // or until the writer is stopped (the loop then drains).
-func (w *Writer) gather(l *lane, expired <-chan time.Time, b *batch, waiters []chan error) []chan error {
+func (w *Writer) gather(expired <-chan time.Time, b *batch, waiters []chan error) []chan error {
 	for b.size() < w.cfg.MaxBatch {
 		select {
-		case it := <-l.queue:
+		case it := <-w.queue:
 			waiters = w.take(it, b, waiters)
 		case <-expired:
 			return waiters
@@ -340,10 +295,10 @@ func (w *Writer) gather(l *lane, expired <-chan time.Time, b *batch, waiters []c
 // await adds what arrives to b until something that is not lazy does (or
 // a waiter), until b is full, until expired fires, or until the writer is
 // stopped (the loop then drains).
-func (w *Writer) await(l *lane, expired <-chan time.Time, b *batch, waiters []chan error) []chan error {
+func (w *Writer) await(expired <-chan time.Time, b *batch, waiters []chan error) []chan error {
 	for b.eager == 0 && len(waiters) == 0 && b.size() < w.cfg.MaxBatch {
 		select {
-		case it := <-l.queue:
+		case it := <-w.queue:
 			waiters = w.take(it, b, waiters)
 		case <-expired:
 			return waiters
@@ -425,14 +380,14 @@ func (w *Writer) setAside(batch []Event) []Event {
 
 // drain writes what is left once the writer is closed, the batch in hand
 // and everything queued, trying again until Close's deadline.
-func (w *Writer) drain(l *lane, b *batch, waiters []chan error) {
+func (w *Writer) drain(b *batch, waiters []chan error) {
 	ctx := w.closeCtx
 	backoff := 50 * time.Millisecond
 	for {
 	more:
 		for b.size() < w.cfg.MaxBatch {
 			select {
-			case it := <-l.queue:
+			case it := <-w.queue:
 				waiters = w.take(it, b, waiters)
 			default:
 				break more
@@ -457,12 +412,12 @@ func (w *Writer) drain(l *lane, b *batch, waiters []chan error) {
 		case <-ctx.Done():
 		}
 		// Count what is still queued too: nothing takes it any more.
-		l.lost = b.size()
+		w.lost = b.size()
 	rest:
 		for {
 			select {
-			case it := <-l.queue:
-				l.lost += len(it.events) + len(it.kept)
+			case it := <-w.queue:
+				w.lost += len(it.events) + len(it.kept)
 				if it.done != nil {
 					waiters = append(waiters, it.done)
 				}
@@ -470,12 +425,12 @@ func (w *Writer) drain(l *lane, b *batch, waiters []chan error) {
 				break rest
 			}
 		}
-		w.log.Error("journal events not written before the close deadline", slog.Int("events", l.lost), slog.Any("error", err))
+		w.log.Error("journal events not written before the close deadline", slog.Int("events", w.lost), slog.Any("error", err))
 		break
 	}
 	var err error
-	if l.lost > 0 {
-		err = fmt.Errorf("journal: %d events not written before the close deadline", l.lost)
+	if w.lost > 0 {
+		err = fmt.Errorf("journal: %d events not written before the close deadline", w.lost)
 	}
 	for _, d := range waiters {
 		d <- err

@@ -131,7 +131,7 @@ func TestStepSlotFreedWhileItsResultIsKept(t *testing.T) {
 		mem, err := journal.NewMemory(0)
 		require.NoError(t, err)
 		stall := &stallingJournal{Journal: mem, step: "pack", stalled: make(chan struct{}), release: make(chan struct{})}
-		fx := newFixture(t, h, engine.Config{Journal: stall, Concurrency: 1, Writer: journal.WriterConfig{Lanes: 1}})
+		fx := newFixture(t, h, engine.Config{Journal: stall, Concurrency: 1})
 		ef := newEffects()
 		fx.register(dsl.Flow(fx.name, dsl.Step("pack", appendStep(ef, "pack")), dsl.Step("ship", appendStep(ef, "ship"))))
 		fx.work()

@@ -354,24 +354,20 @@ func (s *SQLIdempotencyStore) ClaimInTx(ctx context.Context, key string, work fu
 	}
 	var ran bool
 	err := inTx(ctx, s.db, func(tx pgx.Tx) error {
-		var one int
-		switch err := tx.QueryRow(ctx, s.sql.claimTx, []byte(key), s.holder, s.lease.Seconds(),
-			strconv.FormatInt(max(s.lease.Milliseconds(), 1), 10)).Scan(&one); {
-		case isNoRows(err):
-			return errNotTaken
-		case err != nil:
+		var free, held bool
+		if err := tx.QueryRow(ctx, s.sql.claimTx, []byte(key), strconv.FormatInt(max(s.lease.Milliseconds(), 1), 10)).Scan(&free, &held); err != nil {
 			return fmt.Errorf("idempotency %s: claim in a transaction: %w", s.t.Idempotency, err)
+		}
+		if !free || held {
+			return errNotTaken
 		}
 		ran = true
 		result, err := work(context.WithValue(ctx, txKey{}, tx))
 		if err != nil {
 			return err
 		}
-		if result == nil {
-			// NULL would read as "nothing kept"; an empty result is kept.
-			result = []byte{}
-		}
-		if _, err := tx.Exec(ctx, s.sql.completeHeld, []byte(key), s.holder, s.retention.Seconds(), result); err != nil {
+		keys, results := keptArgs([]journal.Kept{{Key: key, Result: result}})
+		if _, err := tx.Exec(ctx, s.sql.kept, keys, results, s.holder, s.retention.Seconds()); err != nil {
 			return fmt.Errorf("idempotency %s: complete in transaction: %w", s.t.Idempotency, err)
 		}
 		return nil
@@ -488,14 +484,15 @@ func renderIdemStatements(t Tables) idemStatements {
 	return idemStatements{
 		claim: t.render(fmt.Sprintf(claimInsert, `SELECT $1, 'claimed', $2, now() + $3 * interval '1 second'
 			WHERE pg_try_advisory_xact_lock(`+strings.ReplaceAll(keyLock, "k.key", "$1::bytea")+`)`) + ` RETURNING 1`),
-		// The claim of ClaimInTx: the transaction's idle timeout ($4, in
-		// milliseconds) set to the lease, and the key taken only when no
-		// other transaction holds its advisory lock, which it keeps until
-		// it ends.
-		claimTx: t.render(`WITH c AS (
-			SELECT set_config('idle_in_transaction_session_timeout', $4, true) AS idle,
-				pg_try_advisory_xact_lock(` + strings.ReplaceAll(keyLock, "k.key", "$1::bytea") + `) AS free)` +
-			fmt.Sprintf(claimInsert, `SELECT $1, 'claimed', $2, now() + $3 * interval '1 second' FROM c WHERE c.free`) + ` RETURNING 1`),
+		// The claim of ClaimInTx, which writes nothing: the transaction's
+		// idle timeout ($2, in milliseconds) set to the lease, the key's
+		// advisory lock taken when no other transaction holds it (every
+		// claim checks it, so none takes the key while this transaction
+		// is open), and whether a claim made apart holds the key live or
+		// it is done. The key's row is written once, with its result.
+		claimTx: t.render(`SELECT pg_try_advisory_xact_lock(` + strings.ReplaceAll(keyLock, "k.key", "$1::bytea") + `),
+			EXISTS (SELECT 1 FROM {{idempotency}} WHERE key = $1 AND expires_at > now())
+			FROM set_config('idle_in_transaction_session_timeout', $2, true)`),
 		// A key whose ClaimInTx transaction is open (its advisory lock
 		// taken) is not inserted, which would wait for that transaction:
 		// it is looked up, and in progress.

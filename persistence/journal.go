@@ -54,7 +54,9 @@ type SQLJournal struct {
 	// workerSQL are the WorkerStore statements.
 	workerSQL workerStatements
 	// releases batches the limits' releases (group commit).
-	releases   group[*limitReq]
+	releases group[*limitReq]
+	// lookups groups the Runs asked for at once.
+	lookups    group[*runReq]
 	retention  time.Duration
 	purgeBatch int
 	settles    settler

@@ -15,20 +15,49 @@ import (
 	"github.com/acemq/acemq-flow/engine/journal"
 )
 
-// Run returns one run, or an error matching journal.ErrRunNotFound.
+// Run returns one run, or an error matching journal.ErrRunNotFound. The
+// runs asked for at once are read in one statement (a group: see group),
+// as every start under a run id of its own asks for one.
 func (j *SQLJournal) Run(ctx context.Context, id string) (journal.Run, error) {
-	rows, err := j.db.Query(ctx, j.sql.run, id)
-	if err != nil {
+	r := &runReq{id: id}
+	if err := j.lookups.do(ctx, r, j.readRuns); err != nil {
 		return journal.Run{}, fmt.Errorf("journal %s: run %q: %w", j.t.Runs, id, err)
 	}
-	runs, err := pgx.CollectRows(rows, scanRun)
 	switch {
-	case err != nil:
-		return journal.Run{}, fmt.Errorf("journal %s: run %q: %w", j.t.Runs, id, err)
-	case len(runs) == 0:
+	case r.err != nil:
+		return journal.Run{}, fmt.Errorf("journal %s: run %q: %w", j.t.Runs, id, r.err)
+	case r.run == nil:
 		return journal.Run{}, fmt.Errorf("journal %s: %w: %q", j.t.Runs, journal.ErrRunNotFound, id)
 	}
-	return runs[0], nil
+	return *r.run, nil
+}
+
+// runReq is one Run in a group: the id asked for, and once read the run
+// (nil when there is none).
+type runReq struct {
+	id  string
+	run *journal.Run
+	err error
+}
+
+// readRuns reads the runs reqs ask for in one statement.
+func (j *SQLJournal) readRuns(ctx context.Context, reqs []*runReq) {
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.id
+	}
+	rows, err := j.db.Query(ctx, j.sql.runs, ids)
+	var runs []journal.Run
+	if err == nil {
+		runs, err = pgx.CollectRows(rows, scanRun)
+	}
+	byID := make(map[string]*journal.Run, len(runs))
+	for i := range runs {
+		byID[runs[i].ID] = &runs[i]
+	}
+	for _, r := range reqs {
+		r.run, r.err = byID[r.id], err
+	}
 }
 
 // Runs returns the runs q selects, in q.Order: newest first (by start,
@@ -346,7 +375,9 @@ const (
 // journalStatements are the journal's statements, rendered for its tables
 // once.
 type journalStatements struct {
-	record, run, timeline, purge string
+	record, timeline, purge string
+	// runs is Run's, of a group of ids.
+	runs string
 	// inputs is StepInputs'.
 	inputs string
 	// ownTimeline, briefBranches and branchEvents are BriefTimeline's
@@ -424,7 +455,7 @@ const recordCTEs = `b AS (
 func renderJournalStatements(t Tables) journalStatements {
 	s := journalStatements{
 		record: t.render("WITH " + recordCTEs),
-		run:    t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = $1`),
+		runs:   t.render(`SELECT ` + runColumns + ` FROM {{runs}} r WHERE r.run_id = ANY($1::text[])`),
 		// The latest event with an input of each step: one range of the
 		// primary key (a run's events), the inputs of the others not read.
 		inputs: t.render(`

@@ -84,12 +84,27 @@ type Config struct {
 	// ConnectTimeout bounds Open's first connection (0 =
 	// DefaultConnectTimeout). FromPool connects nothing.
 	ConnectTimeout time.Duration
+	// MaxConns is the size of the pool Open makes (0 = DefaultMaxConns);
+	// a pool_max_conns in the URL takes precedence. A worker's steps that
+	// run in transactions hold a connection each while they run.
+	MaxConns int32
 }
 
+// DefaultMaxConns is the size of the pool Open makes unless told: room for
+// the statements a worker writes in groups (claims, results with the
+// journal's events, lookups), a handler of each of several transactional
+// steps, and the housekeeping; pgxpool's own default, the number of CPUs
+// but at least 4, leaves a worker on a small machine waiting for
+// connections.
+const DefaultMaxConns = 20
+
 // Validate refuses invalid table names, an unknown migration mode and a
-// negative duration, naming the field, with an error matching
+// negative duration or pool size, naming the field, with an error matching
 // ErrInvalidConfig.
 func (c Config) Validate() error {
+	if c.MaxConns < 0 {
+		return fmt.Errorf("%w: MaxConns %d: want 0 (the default) or more", ErrInvalidConfig, c.MaxConns)
+	}
 	if err := c.Tables.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -146,6 +161,9 @@ func Open(ctx context.Context, databaseURL string, cfg Config) (*Stores, error) 
 	}
 	if pw := pc.ConnConfig.Password; pw != "" {
 		r.secrets = append(r.secrets, pw)
+	}
+	if !strings.Contains(databaseURL, "pool_max_conns") {
+		pc.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
 	}
 	name := displayName(&pc.ConnConfig.Config)
 	cctx, cancel := context.WithTimeout(ctx, cmp.Or(cfg.ConnectTimeout, DefaultConnectTimeout))

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ func TestConfigValidate(t *testing.T) {
 		{enginepg.Config{ClaimTimeout: -time.Second}, "ClaimTimeout -1s"},
 		{enginepg.Config{IdempotencyRetention: -time.Second}, "IdempotencyRetention -1s"},
 		{enginepg.Config{ConnectTimeout: -time.Second}, "ConnectTimeout -1s"},
+		{enginepg.Config{MaxConns: -1}, "MaxConns -1: want 0 (the default) or more"},
 	} {
 		err := tc.cfg.Validate()
 		require.ErrorIs(t, err, enginepg.ErrInvalidConfig, tc.want)
@@ -223,4 +225,29 @@ func dropTables(db *pgxpool.Pool, tables persistence.Tables) error {
 		}
 	}
 	return nil
+}
+
+// TestOpenSizesThePool: Open's pool holds DefaultMaxConns connections at
+// most, or Config.MaxConns, unless the URL's pool_max_conns says.
+func TestOpenSizesThePool(t *testing.T) {
+	t.Parallel()
+	url := testenv.DatabaseURL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	for _, tc := range []struct {
+		url  string
+		cfg  enginepg.Config
+		want int32
+	}{
+		{url, enginepg.Config{}, enginepg.DefaultMaxConns},
+		{url, enginepg.Config{MaxConns: 7}, 7},
+		{url + sep + "pool_max_conns=3", enginepg.Config{MaxConns: 7}, 3},
+	} {
+		s, err := enginepg.Open(t.Context(), tc.url, enginepg.Config{Migrations: enginepg.SkipMigrations, MaxConns: tc.cfg.MaxConns})
+		require.NoError(t, err)
+		require.Equal(t, tc.want, s.Pool().Config().MaxConns, tc.url)
+		s.Close()
+	}
 }

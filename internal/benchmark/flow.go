@@ -55,8 +55,8 @@ const (
 // the flow's messages do (three quorum queues, each message consumed,
 // republished persistent and mandatory, acknowledged after the confirm),
 // against the same chain carrying the AceMQ envelope headers, and, with a
-// database, the engine with its run journal on PostgreSQL against in
-// memory. CPU is per message: a run is FlowSteps of them.
+// database, the engine with its run journal and idempotency store on
+// PostgreSQL against in memory. CPU is per message: a run is FlowSteps of them.
 func Flow(ctx context.Context, cfg Config) ([]Result, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -94,13 +94,14 @@ func Flow(ctx context.Context, cfg Config) ([]Result, error) {
 		out = append(out, runs.noted("a run is 3 messages").noted(noRabbitNote), p50.noted("from a run's start to its last step"), p99)
 	}
 	if cfg.DB != nil {
-		cfg.step("flow: engine, journal on PostgreSQL")
-		pg, err := FlowEngine(ctx, cfg, JournalOnPostgres)
+		cfg.step("flow: engine, journal and idempotency store on PostgreSQL")
+		pg, err := FlowEngine(ctx, cfg, AllOnPostgres)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, figure(scenario, name+", journal on PostgreSQL", "runs/s", HigherIsBetter, pg.Rate(), pg).withCPU(pg).
-			compare("journal in memory", mem.Rate(), mem, true).noted("the same flow, run journal on PostgreSQL or in memory"))
+		out = append(out, figure(scenario, name+", on PostgreSQL", "runs/s", HigherIsBetter, pg.Rate(), pg).withCPU(pg).
+			compare("in memory", mem.Rate(), mem, true).
+			noted("the same flow, run journal and idempotency store on PostgreSQL (as `acemq-flow worker --database-url` keeps them) or in memory"))
 	}
 	return out, nil
 }
@@ -108,9 +109,8 @@ func Flow(ctx context.Context, cfg Config) ([]Result, error) {
 // FlowEngine runs cfg.N runs of a 3-step flow whose steps pass their
 // payload on, started from FlowStarters goroutines with at most
 // FlowInFlight runs under way, through an engine and
-// a worker on cfg.URL, with the run journal on cfg.DB when onPostgres (in
-// memory otherwise) and the idempotency store in memory. Latencies are
-// from a run's start to its last step.
+// a worker on cfg.URL, with the run journal and idempotency store where
+// stores says. Latencies are from a run's start to its last step.
 func FlowEngine(ctx context.Context, cfg Config, stores Stores) (Measurement, error) {
 	return engineRuns(ctx, cfg, stores, []string{"validate", "charge", "ship"}, cfg.N, keyLimit{})
 }

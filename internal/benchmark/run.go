@@ -99,7 +99,7 @@ func Run(ctx context.Context, cfg Config, only []string) (*Report, error) {
 		run = append(run, name)
 	}
 	if cfg.DB == nil && slices.Contains(run, "flow") {
-		rep.Skipped = append(rep.Skipped, "flow with the journal on PostgreSQL: needs a database")
+		rep.Skipped = append(rep.Skipped, "flow on PostgreSQL: needs a database")
 	}
 	if !cfg.rabbit() {
 		rep.Skipped = append(rep.Skipped, "the amqp091-go baselines: need RabbitMQ")

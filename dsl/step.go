@@ -181,7 +181,10 @@ func (s *StepDef[In, Out]) OrderedByHeader(name string) *StepDef[In, Out] {
 }
 
 // Concurrency sets how many runs the step, and its compensation, works on
-// at once in one worker (default 8). n must be at least 1.
+// at once in one worker (default 8): how many calls of its function run
+// at once. Keeping what a call returned and sending the run on happen
+// after it, and do not count: at most the step's Prefetch deliveries are
+// in the worker at once. n must be at least 1.
 func (s *StepDef[In, Out]) Concurrency(n int) *StepDef[In, Out] {
 	if n < 1 {
 		s.errs = append(s.errs, fmt.Errorf("concurrency %d, want at least 1", n))

@@ -59,7 +59,9 @@ type Config struct {
 	// Retry is the retry policy of steps that set none (nil =
 	// broker.DefaultRetry()).
 	Retry *broker.RetryPolicy
-	// Concurrency is a step's concurrency when it sets none (0 = 8).
+	// Concurrency is a step's concurrency when it sets none (0 = 8): how
+	// many calls of its function run at once in this worker
+	// (dsl.StepDef.Concurrency).
 	Concurrency int
 	// CloseTimeout bounds a worker's drain (0 = the connection's
 	// CloseTimeout).

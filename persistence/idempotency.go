@@ -447,9 +447,10 @@ type idemStatements struct {
 	claimTx string
 }
 
-// keyLock is the advisory lock of the key k.key: ClaimInTx holds it while
-// its transaction is open.
-const keyLock = `('x' || left(md5(k.key), 16))::bit(64)::bigint`
+// keyLock is the advisory lock of the key k.key of the store's table (an
+// advisory lock is the database's, whatever the table): ClaimInTx holds it
+// while its transaction is open.
+const keyLock = `('x' || left(md5(convert_to('{{idempotency}}', 'UTF8') || k.key), 16))::bit(64)::bigint`
 
 // claimInsert is the claim's upsert of the rows %s gives (key, holder,
 // lease in seconds): a key nobody holds live is taken, and with a

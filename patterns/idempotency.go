@@ -109,7 +109,9 @@ type TxClaimer interface {
 	// an error from work rolls everything back, the claim included, and is
 	// returned as it is. When it does not take the key nothing runs, and
 	// it answers ClaimDuplicate for a key done, ClaimInProgress for one
-	// held (or let go a moment ago: asked again, it may be taken).
+	// held (or let go a moment ago: asked again, it may be taken). When
+	// another delivery completed the key while this one worked, nothing
+	// commits and the error matches ErrClaimLost (with ClaimClaimed).
 	ClaimInTx(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) (Claim, error)
 }
 

@@ -311,6 +311,11 @@ func claimInTx[R any](ctx context.Context, o *Once, u Unit[R], d Done[R]) Done[R
 	case claim == 0:
 		d.Err = fmt.Errorf("%w: claim %q in a transaction: %w", ErrStore, u.Key, err)
 		return d
+	case errors.Is(err, ErrClaimLost):
+		// Another delivery did it and committed first; this one's work
+		// was rolled back.
+		d.Lost = true
+		return d
 	case err != nil:
 		// The work ran; its commit failed, or may have: the key is done
 		// (a redelivery passes on what was kept) or was never taken.

@@ -366,9 +366,18 @@ func (s *SQLIdempotencyStore) ClaimInTx(ctx context.Context, key string, work fu
 		if err != nil {
 			return err
 		}
-		keys, results := keptArgs([]journal.Kept{{Key: key, Result: result}})
-		if _, err := tx.Exec(ctx, s.sql.kept, keys, results, s.holder, s.retention.Seconds()); err != nil {
+		if result == nil {
+			// NULL would read as "nothing kept"; an empty result is kept.
+			result = []byte{}
+		}
+		tag, err := tx.Exec(ctx, s.sql.keptTx, []byte(key), result, s.holder, s.retention.Seconds())
+		if err != nil {
 			return fmt.Errorf("idempotency %s: complete in transaction: %w", s.t.Idempotency, err)
+		}
+		if tag.RowsAffected() == 0 {
+			// Done meanwhile by a transaction that committed while the
+			// claim's statement ran: its snapshot did not see it.
+			return fmt.Errorf("idempotency %s: key %q: %w", s.t.Idempotency, key, patterns.ErrClaimLost)
 		}
 		return nil
 	})
@@ -443,8 +452,8 @@ type idemStatements struct {
 	// claims is the claims' insert of a group of keys ($1), kept the
 	// upsert of a group of results and confirmations (keptUpsert).
 	claims, kept string
-	// claimTx is ClaimInTx's claim.
-	claimTx string
+	// claimTx is ClaimInTx's claim, keptTx its keeping of the result.
+	claimTx, keptTx string
 }
 
 // keyLock is the advisory lock of the key k.key of the store's table (an
@@ -494,6 +503,17 @@ func renderIdemStatements(t Tables) idemStatements {
 		claimTx: t.render(`SELECT pg_try_advisory_xact_lock(` + strings.ReplaceAll(keyLock, "k.key", "$1::bytea") + `),
 			EXISTS (SELECT 1 FROM {{idempotency}} WHERE key = $1 AND expires_at > now())
 			FROM set_config('idle_in_transaction_session_timeout', $2, true)`),
+		// ClaimInTx's result, written unless the key was done or taken
+		// by another meanwhile: the claim's look at the row read a
+		// snapshot taken before its advisory lock, so a transaction
+		// that committed the key between the two was not seen; the
+		// upsert sees the row as committed.
+		keptTx: t.render(`
+			INSERT INTO {{idempotency}} AS cur (key, state, holder, expires_at, result)
+			VALUES ($1, 'confirmed', $3, now() + $4 * interval '1 second', $2)
+			ON CONFLICT (key) DO UPDATE
+			SET state = 'confirmed', holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, result = EXCLUDED.result
+			WHERE cur.expires_at <= now() OR (cur.state = 'claimed' AND cur.holder = EXCLUDED.holder)`),
 		// A key whose ClaimInTx transaction is open (its advisory lock
 		// taken) is not inserted, which would wait for that transaction:
 		// it is looked up, and in progress.

@@ -85,7 +85,9 @@ func (s *SQLIdempotencyStore) insertClaims(ctx context.Context, reqs []*claimReq
 
 // keep writes k (a result to keep, or a confirmation) in a group.
 func (s *SQLIdempotencyStore) keep(ctx context.Context, k journal.Kept) error {
-	s.letGo(k.Key)
+	// Held until written: a claim of the key looked up meanwhile must not
+	// take it for one left behind (leftBehind).
+	defer s.letGo(k.Key)
 	r := &keptReq{k: k}
 	if err := s.keeps.do(ctx, r, s.writeKeptReqs); err != nil {
 		return err
@@ -159,9 +161,12 @@ func keptWriteOf(ctx context.Context) *keptWrite {
 // then the confirmations. It refuses what j refuses of the events
 // (wrapping journal.ErrInvalidEvent), keeping nothing then.
 func (s *SQLIdempotencyStore) RecordKept(ctx context.Context, j journal.Journal, events []journal.Event, kept []journal.Kept) error {
-	for _, k := range kept {
-		s.letGo(k.Key)
-	}
+	defer func() {
+		// Held until written, as keep says.
+		for _, k := range kept {
+			s.letGo(k.Key)
+		}
+	}()
 	w := &keptWrite{store: s, kept: kept}
 	kctx := context.WithValue(ctx, keptWriteKey{}, w)
 	// Whether j writes the keys in its statement: a Record of nothing

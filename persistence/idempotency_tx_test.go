@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acemq/acemq-flow/patterns"
@@ -76,6 +77,19 @@ func TestSQLIdempotencyClaimInTx(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, "result", string(got))
+
+	// Done by another while this one worked (its look at the key's row
+	// came before the other committed): nothing commits, the claim is lost.
+	c, err = s.ClaimInTx(ctx, "raced", func(ctx context.Context) ([]byte, error) {
+		_, err := db.Exec(ctx, `INSERT INTO `+pgx.Identifier{tb.Idempotency}.Sanitize()+
+			` (key, state, holder, expires_at, result) VALUES ('raced', 'confirmed', 'other', now() + interval '1 hour', 'theirs')`)
+		return []byte("mine"), err
+	})
+	require.Equal(t, patterns.ClaimClaimed, c)
+	require.ErrorIs(t, err, patterns.ErrClaimLost)
+	got, _, err = other.Result(ctx, "raced")
+	require.NoError(t, err)
+	require.Equal(t, "theirs", string(got), "the other's result stands")
 
 	// A transaction that stops talking to the database for longer than
 	// the lease is ended, and the key with it.

@@ -181,7 +181,10 @@ func drainWorker(ctx context.Context, s *session) (func(context.Context), error)
 	if _, err := s.fleet.start(ctx); err != nil {
 		return nil, err
 	}
-	keys, err := s.settleDeadClaims(ctx, since)
+	if _, err := s.settleDeadClaims(ctx, since); err != nil {
+		return nil, err
+	}
+	keys, err := s.inFlight(ctx, chaosflow.WorkerNameOf(w.cmd.Process.Pid))
 	if err != nil {
 		return nil, err
 	}
@@ -225,8 +228,8 @@ func killForking(ctx context.Context, s *session) (func(context.Context), error)
 // that held what the scenario is about.
 const killTries = 3
 
-// killHolding kills workers (killAndReplace) until one of them held an
-// idempotency key that is what (a step, a compensation): the scenario's
+// killHolding kills workers (killAndReplace) until one of them was inside
+// what (a step, a compensation: its key says): the scenario's
 // premise is a kill with that in flight, and a worker can be between two
 // of them at the instant it dies. It fails the scenario if none of
 // killTries did.
@@ -248,8 +251,9 @@ func (s *session) killHolding(ctx context.Context, what string, is func(key stri
 // isCompensation says whether an idempotency key is a compensation's.
 func isCompensation(key string) bool { return strings.Contains(key, "/compensate/") }
 
-// killAndReplace SIGKILLs the oldest worker, starts another, and returns
-// the idempotency keys the dead one held (see settleDeadClaims).
+// killAndReplace SIGKILLs the oldest worker, starts another, expires the
+// claims the dead one made apart from its transactions (see
+// settleDeadClaims), and returns what it was inside (see inFlight).
 func (s *session) killAndReplace(ctx context.Context) ([]string, error) {
 	w := s.fleet.oldest()
 	if w == nil {
@@ -271,7 +275,10 @@ func (s *session) killAndReplace(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := s.settleDeadClaims(ctx, since)
+	if _, err := s.settleDeadClaims(ctx, since); err != nil {
+		return nil, err
+	}
+	keys, err := s.inFlight(ctx, chaosflow.WorkerNameOf(w.cmd.Process.Pid))
 	if err != nil {
 		return nil, err
 	}
@@ -284,9 +291,9 @@ func (s *session) killAndReplace(ctx context.Context) ([]string, error) {
 			exports++
 		}
 	}
-	how := "expired by the driver, as their lease would have done"
+	how := "their claims gone with their transactions; claims made apart expired by the driver, as their lease would have done"
 	if !s.cfg.expireDeadClaims {
-		how = "left to their 5-minute lease"
+		how = "their claims gone with their transactions; claims made apart left to their 5-minute lease"
 	}
 	held := ""
 	if s.sc.flow == chaosflow.Waits {

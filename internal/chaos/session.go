@@ -677,6 +677,31 @@ const claimSettle = 5 * time.Second
 // it notices that its client is gone.
 const deadQuiet = 2 * time.Second
 
+// inFlight is what the worker called name was inside when it was killed,
+// from the marks its steps and compensations leave (chaosflow.InFlightTable),
+// as keys that isCompensation and isExport read: run/step, or
+// run/compensate/step; the marks are taken away.
+func (s *session) inFlight(ctx context.Context, name string) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `DELETE FROM `+chaosflow.InFlightTable+` WHERE worker = $1 RETURNING run_id, step`, name)
+	if err != nil {
+		return nil, fmt.Errorf("in flight in %s: %w", name, err)
+	}
+	var keys []string
+	var run, step string
+	_, err = pgx.ForEachRow(rows, []any{&run, &step}, func() error {
+		if undone, ok := strings.CutPrefix(step, chaosflow.UndoPrefix); ok {
+			keys = append(keys, run+"/compensate/"+undone)
+		} else {
+			keys = append(keys, run+"/"+step)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("in flight in %s: %w", name, err)
+	}
+	return keys, nil
+}
+
 // settleDeadClaims finds the idempotency claims still held by a worker
 // that died at died (database clock), and, unless the driver was told to
 // wait out their lease, expires them, as the lease would 5 minutes later.
@@ -707,7 +732,15 @@ func (s *session) settleDeadClaims(ctx context.Context, died time.Time) ([]strin
 	}
 	if len(live) == 0 {
 		// Nobody claimed anything since: every claim would look dead,
-		// the live workers' too.
+		// the live workers' too, unless there is none (a transactional
+		// step's claim is its transaction, gone with the dead worker).
+		var claimed bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+idem+` WHERE state = 'claimed' AND expires_at > now())`).Scan(&claimed); err != nil {
+			return nil, fmt.Errorf("dead claims: %w", err)
+		}
+		if !claimed {
+			return nil, nil
+		}
 		return nil, errors.New("dead claims: no worker claimed or confirmed anything since the kill, so the dead one's claims cannot be told apart")
 	}
 	q := `SELECT convert_from(key, 'UTF8') FROM ` + idem + `

@@ -153,6 +153,12 @@ const (
 	InStepTable     = "chaos_in_step"
 	MostInStepTable = "chaos_most_in_step"
 	KilledTable     = "chaos_killed"
+	// InFlightTable holds a mark per step and compensation a worker is
+	// inside, written and taken away outside its transaction: a step's
+	// claim is its transaction (persistence.SQLIdempotencyStore.ClaimInTx),
+	// which a SIGKILL rolls back, so nothing else says what a killed
+	// worker held.
+	InFlightTable = "chaos_in_flight"
 )
 
 // CreateTables creates the chaos flows' tables. An effect's id is the
@@ -181,6 +187,12 @@ CREATE TABLE IF NOT EXISTS ` + MostInStepTable + ` (
 );
 CREATE TABLE IF NOT EXISTS ` + KilledTable + ` (
 	worker text PRIMARY KEY
+);
+CREATE TABLE IF NOT EXISTS ` + InFlightTable + ` (
+	id     text PRIMARY KEY,
+	worker text NOT NULL,
+	run_id text NOT NULL,
+	step   text NOT NULL
 );`
 
 // StepRetry is the retry policy of every step and compensation: an outage
@@ -253,7 +265,16 @@ func handledRun(ctx context.Context, step string) (string, error) {
 
 // apply is Apply for runID, with the signal the step was given ("" for
 // none).
-func (e *Effects) apply(ctx context.Context, runID string, o Order, step, signal string) error {
+func (e *Effects) apply(ctx context.Context, runID string, o Order, step, signal string) (err error) {
+	mark := broker.NewID()
+	if _, err := e.pool.Exec(ctx, `INSERT INTO `+InFlightTable+` (id, worker, run_id, step) VALUES ($1, $2, $3, $4)`,
+		mark, e.worker, runID, step); err != nil {
+		return fmt.Errorf("chaos effect %s of run %s: mark it in flight: %w", step, runID, err)
+	}
+	defer func() {
+		_, derr := e.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM `+InFlightTable+` WHERE id = $1`, mark)
+		err = errors.Join(err, derr)
+	}()
 	if o.WorkMillis > 0 {
 		select {
 		case <-time.After(time.Duration(o.WorkMillis) * time.Millisecond):
@@ -265,7 +286,7 @@ func (e *Effects) apply(ctx context.Context, runID string, o Order, step, signal
 	if !ok {
 		return broker.Fatal(fmt.Errorf("chaos effect %s of run %s: not in a step's transaction (the step is not Transactional)", step, runID))
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+EffectsTable+` (id, run_id, step, worker, signal) VALUES ($1, $2, $3, $4, NULLIF($5, ''))`,
+	_, err = tx.Exec(ctx, `INSERT INTO `+EffectsTable+` (id, run_id, step, worker, signal) VALUES ($1, $2, $3, $4, NULLIF($5, ''))`,
 		broker.NewID(), runID, step, e.worker, signal)
 	if err != nil {
 		return fmt.Errorf("chaos effect %s of run %s: %w", step, runID, err)

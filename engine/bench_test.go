@@ -36,29 +36,21 @@ func BenchmarkFlowRabbit(b *testing.B) {
 		})
 	})
 	// The same with the run journal on PostgreSQL (issue 11: at least 0.7
-	// of the in-memory journal's runs/s).
-	b.Run("engine-pg-journal", func(b *testing.B) {
-		db, err := pgxpool.New(b.Context(), testenv.DatabaseURL(b))
-		require.NoError(b, err)
-		b.Cleanup(db.Close)
-		reportFlow(b, func(ctx context.Context) (benchmark.Measurement, error) {
-			c := cfg(b)
-			c.DB = db
-			return benchmark.FlowEngine(ctx, c, benchmark.JournalOnPostgres)
+	// of the in-memory journal's runs/s), and with the idempotency store
+	// there too, as `acemq-flow worker --database-url` keeps them (issue
+	// 25).
+	for name, stores := range map[string]benchmark.Stores{"engine-pg-journal": benchmark.JournalOnPostgres, "engine-pg": benchmark.AllOnPostgres} {
+		b.Run(name, func(b *testing.B) {
+			db, err := pgxpool.New(b.Context(), testenv.DatabaseURL(b))
+			require.NoError(b, err)
+			b.Cleanup(db.Close)
+			reportFlow(b, func(ctx context.Context) (benchmark.Measurement, error) {
+				c := cfg(b)
+				c.DB = db
+				return benchmark.FlowEngine(ctx, c, stores)
+			})
 		})
-	})
-	// Both the journal and the idempotency store on PostgreSQL, as
-	// `acemq-flow worker --database-url` keeps them (issue 25).
-	b.Run("engine-pg", func(b *testing.B) {
-		db, err := pgxpool.New(b.Context(), testenv.DatabaseURL(b))
-		require.NoError(b, err)
-		b.Cleanup(db.Close)
-		reportFlow(b, func(ctx context.Context) (benchmark.Measurement, error) {
-			c := cfg(b)
-			c.DB = db
-			return benchmark.FlowEngine(ctx, c, benchmark.AllOnPostgres)
-		})
-	})
+	}
 	b.Run("plain", func(b *testing.B) {
 		reportFlow(b, func(ctx context.Context) (benchmark.Measurement, error) {
 			return benchmark.FlowChain(ctx, cfg(b), false)

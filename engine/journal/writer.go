@@ -244,12 +244,12 @@ func (w *Writer) loop() {
 		if b.eager == 0 && len(waiters) == 0 && b.size() < w.cfg.MaxBatch {
 			// Only confirmations: they wait for something to go with.
 			timer.Reset(confirmDelay)
-			waiters = w.await(timer.C, b, waiters)
+			waiters = w.gather(timer.C, b, waiters, true)
 			timer.Stop()
 		}
 		if d := w.linger(lastWrite, lastCalls); d > 0 && b.size() > 0 && b.size() < w.cfg.MaxBatch {
 			timer.Reset(d)
-			waiters = w.gather(timer.C, b, waiters)
+			waiters = w.gather(timer.C, b, waiters, false)
 			timer.Stop()
 		}
 		lastCalls = b.calls
@@ -277,26 +277,11 @@ func (w *Writer) linger(lastWrite time.Duration, lastCalls int) time.Duration {
 }
 
 // gather adds what arrives to b until it is full, until expired fires,
-// or until the writer is stopped (the loop then drains).
-func (w *Writer) gather(expired <-chan time.Time, b *batch, waiters []chan error) []chan error {
-	for b.size() < w.cfg.MaxBatch {
-		select {
-		case it := <-w.queue:
-			waiters = w.take(it, b, waiters)
-		case <-expired:
-			return waiters
-		case <-w.stop:
-			return waiters
-		}
-	}
-	return waiters
-}
-
-// await adds what arrives to b until something that is not lazy does (or
-// a waiter), until b is full, until expired fires, or until the writer is
-// stopped (the loop then drains).
-func (w *Writer) await(expired <-chan time.Time, b *batch, waiters []chan error) []chan error {
-	for b.eager == 0 && len(waiters) == 0 && b.size() < w.cfg.MaxBatch {
+// or until the writer is stopped (the loop then drains); with
+// confirmations, also once something that is not lazy arrives (or a
+// waiter): a batch of confirmations waits for that.
+func (w *Writer) gather(expired <-chan time.Time, b *batch, waiters []chan error, confirmations bool) []chan error {
+	for b.size() < w.cfg.MaxBatch && (!confirmations || b.eager == 0 && len(waiters) == 0) {
 		select {
 		case it := <-w.queue:
 			waiters = w.take(it, b, waiters)

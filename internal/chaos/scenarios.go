@@ -64,7 +64,7 @@ var scenarios = []scenario{
 		outbox: true, fault: restartPostgreSQL},
 	{n: 4, name: "worker SIGKILLed with steps in flight", runs: 5000, short: 2000, flow: chaosflow.Pipeline, workers: 2, workMillis: 20, fault: killWorker},
 	{n: 5, name: "worker drained with SIGTERM under load", runs: 5000, flow: chaosflow.Pipeline, workers: 2, workMillis: 20, fault: drainWorker},
-	{n: 6, name: "worker killed while compensating", runs: 1000, flow: chaosflow.Saga, workers: 2, workMillis: 50, fault: killCompensating},
+	{n: 6, name: "worker killed while compensating", runs: 1000, flow: chaosflow.Saga, workers: 2, workMillis: 150, fault: killCompensating},
 	{n: 7, name: "forks: every connection closed every 2 s", runs: 20, short: 5, flow: chaosflow.Forks, workers: 3, fault: closeConnections, faultFirst: true},
 	{n: 8, name: "forks: workers SIGKILLed with items in flight", runs: 20, flow: chaosflow.Forks, workers: 2, workMillis: 5, fault: killForking},
 	{n: 9, name: "waits and limits: workers SIGKILLed, connections closed", runs: 2000, short: 500, flow: chaosflow.Waits, workers: 3, workMillis: 250,

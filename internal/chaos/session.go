@@ -705,6 +705,8 @@ func (s *session) inFlight(ctx context.Context, name string) ([]string, error) {
 // settleDeadClaims finds the idempotency claims still held by a worker
 // that died at died (database clock), and, unless the driver was told to
 // wait out their lease, expires them, as the lease would 5 minutes later.
+// Only claims made apart from a transaction are ever left (a limited
+// step's): with none live, it returns at once.
 //
 // A claim (persistence.SQLIdempotencyStore) names its holder, one per
 // worker process, but the holder names no process. A holder is dead when
@@ -714,10 +716,19 @@ func (s *session) inFlight(ctx context.Context, name string) ([]string, error) {
 // (persistence.DefaultClaimTimeout) or the retention
 // (persistence.DefaultIdempotencyRetention), which the workers run with.
 func (s *session) settleDeadClaims(ctx context.Context, died time.Time) ([]string, error) {
+	idem := persistence.DefaultIdempotencyTable
+	var claimed bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+idem+` WHERE state = 'claimed' AND expires_at > now())`).Scan(&claimed); err != nil {
+		return nil, fmt.Errorf("dead claims: %w", err)
+	}
+	if !claimed {
+		// Every claim is a transaction (ClaimInTx), gone with the dead
+		// worker's connection: nothing to wait for, the runs go on.
+		return nil, nil
+	}
 	if err := sleep(ctx, claimSettle); err != nil {
 		return nil, err
 	}
-	idem := persistence.DefaultIdempotencyTable
 	since := died.Add(deadQuiet)
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT holder FROM `+idem+`
 		WHERE (state = 'claimed' AND expires_at > $1::timestamptz + $2 * interval '1 second')
@@ -732,15 +743,7 @@ func (s *session) settleDeadClaims(ctx context.Context, died time.Time) ([]strin
 	}
 	if len(live) == 0 {
 		// Nobody claimed anything since: every claim would look dead,
-		// the live workers' too, unless there is none (a transactional
-		// step's claim is its transaction, gone with the dead worker).
-		var claimed bool
-		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+idem+` WHERE state = 'claimed' AND expires_at > now())`).Scan(&claimed); err != nil {
-			return nil, fmt.Errorf("dead claims: %w", err)
-		}
-		if !claimed {
-			return nil, nil
-		}
+		// the live workers' too.
 		return nil, errors.New("dead claims: no worker claimed or confirmed anything since the kill, so the dead one's claims cannot be told apart")
 	}
 	q := `SELECT convert_from(key, 'UTF8') FROM ` + idem + `

@@ -149,7 +149,7 @@ func TestRunOnRabbitMQAndPostgreSQL(t *testing.T) {
 	require.Equal(t, []string{
 		"confirmed publish", "acknowledged consume",
 		"3-step flow", "3-step flow", "3-step flow, run latency p50", "3-step flow, run latency p99",
-		"3-step flow, on PostgreSQL",
+		"3-step flow, journal on PostgreSQL", "3-step flow, on PostgreSQL",
 		"ladder lateness p50", "ladder lateness p99",
 		"outbox relay",
 		"request/reply, 16 callers", "request/reply, 16 callers, p50", "request/reply, 16 callers, p99",

@@ -94,14 +94,21 @@ func Flow(ctx context.Context, cfg Config) ([]Result, error) {
 		out = append(out, runs.noted("a run is 3 messages").noted(noRabbitNote), p50.noted("from a run's start to its last step"), p99)
 	}
 	if cfg.DB != nil {
-		cfg.step("flow: engine, journal and idempotency store on PostgreSQL")
-		pg, err := FlowEngine(ctx, cfg, AllOnPostgres)
-		if err != nil {
-			return nil, err
+		for _, pg := range []struct {
+			stores     Stores
+			name, note string
+		}{
+			{JournalOnPostgres, ", journal on PostgreSQL", "the same flow, run journal on PostgreSQL (idempotency store in memory) or in memory"},
+			{AllOnPostgres, ", on PostgreSQL", "the same flow, run journal and idempotency store on PostgreSQL (as `acemq-flow worker --database-url` keeps them) or in memory"},
+		} {
+			cfg.step("flow: engine" + pg.name)
+			m, err := FlowEngine(ctx, cfg, pg.stores)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, figure(scenario, name+pg.name, "runs/s", HigherIsBetter, m.Rate(), m).withCPU(m).
+				compare("in memory", mem.Rate(), mem, true).noted(pg.note))
 		}
-		out = append(out, figure(scenario, name+", on PostgreSQL", "runs/s", HigherIsBetter, pg.Rate(), pg).withCPU(pg).
-			compare("in memory", mem.Rate(), mem, true).
-			noted("the same flow, run journal and idempotency store on PostgreSQL (as `acemq-flow worker --database-url` keeps them) or in memory"))
 	}
 	return out, nil
 }

@@ -25,7 +25,7 @@ type scenario struct {
 
 var scenarios = map[string]scenario{
 	"core":    {Core, func(c Config) int { return 2 + 2*boolInt(c.rabbit()) }},
-	"flow":    {Flow, func(c Config) int { return 1 + 2*boolInt(c.rabbit()) + boolInt(c.DB != nil) }},
+	"flow":    {Flow, func(c Config) int { return 1 + 2*boolInt(c.rabbit()) + 2*boolInt(c.DB != nil) }},
 	"ladder":  {Ladder, func(Config) int { return 2 }},
 	"outbox":  {Outbox, func(Config) int { return 2 }},
 	"request": {Request, func(c Config) int { return 1 + boolInt(c.rabbit()) }},

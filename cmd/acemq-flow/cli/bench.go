@@ -34,7 +34,7 @@ func (a *app) benchCommand() *cobra.Command {
 			"  core     confirmed publish and acknowledged consume through the library vs the fastest\n" +
 			"           plain amqp091-go (one confirm channel, 256 unconfirmed; one consumer acking each)\n" +
 			"  flow     3-step flow runs/s and latency vs a plain consume-republish-ack chain (also\n" +
-			"           carrying the AceMQ envelope); with --database-url, the journal and store on PostgreSQL\n" +
+			"           carrying the AceMQ envelope); with --database-url, the journal (and the store) on PostgreSQL\n" +
 			"           vs in memory\n" +
 			"  ladder   how late delayed messages arrive through the scheduler ladder vs a TTL queue\n" +
 			"  outbox   outbox relay records/s vs sending the same messages (needs --database-url)\n" +

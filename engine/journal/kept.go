@@ -77,7 +77,3 @@ func (w *Writer) Confirm(ctx context.Context, key string) error {
 	}
 	return w.queueItem(ctx, item{kept: []Kept{{Key: key, Confirmed: true}}, lazy: true})
 }
-
-// Keeps reports whether the writer writes units' results (it was given a
-// Keeper): Keep and Confirm refuse otherwise.
-func (w *Writer) Keeps() bool { return w.cfg.Keeper != nil }

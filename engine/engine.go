@@ -43,7 +43,10 @@ type Config struct {
 	Conn *broker.Conn
 	// Journal records runs (nil = an in-memory journal of this process).
 	Journal journal.Journal
-	// Writer configures the batching writer in front of Journal.
+	// Writer configures the batching writer in front of Journal. Its
+	// Keeper, when not set, is Store when Store is a journal.Keeper
+	// (persistence.SQLIdempotencyStore), or else one that keeps each
+	// result and confirmation through Store's own calls.
 	Writer journal.WriterConfig
 	// Store remembers which steps ran, and keeps what a step produced until
 	// it is sent on (nil = in memory, DefaultIdempotencyWindow: right for
